@@ -1,0 +1,138 @@
+"""Time LMDM DDIM sampling per 80-frame window on CUDA: naive vs eager vs CUDA graph.
+
+* naive: what the reference does, built from the same module: two separate passes per step
+  (conditional, then unconditional), each re-encoding the condition;
+* eager: :class:`DDIMSampler` without graphs (condition encoded once per window, one 2B-row
+  guided pass per step);
+* graph: the same loop recorded once into a CUDA graph and replayed.
+
+Weights are random unless ``--model-dir`` points at the official files (speed does not
+depend on the values). Strict fp32 (TF32 off) unless ``--tf32``. Prints JSON; ``--out``
+also writes it to a file.
+
+    python bench/bench_lmdm.py --steps 25 50 --batch 1 --out bench_lmdm.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ditto_core.models.checkpoints import load_network  # noqa: E402
+from ditto_core.models.keypoints import MOTION_DIM  # noqa: E402
+from ditto_core.models.lmdm import GUIDANCE_WEIGHT, LMDM, WINDOW  # noqa: E402
+from ditto_core.motion.lmdm_sampler import DDIMSampler, generate_motion  # noqa: E402
+
+
+def naive_window(sampler: DDIMSampler, kp: torch.Tensor, aud: torch.Tensor, x: torch.Tensor, noise: torch.Tensor):
+    """Reference-style sampling: per step, two full forward passes that each re-encode the condition."""
+    lmdm, b = sampler.lmdm, x.shape[0]
+    for i in range(sampler.steps):
+        t = sampler.timesteps[i].expand(b)
+        cond = lmdm(x, kp, aud, t)
+        uncond = lmdm(x, kp, aud, t, null_cond=True)
+        x_start = uncond + (cond - uncond) * GUIDANCE_WEIGHT
+        if i == sampler.steps - 1:
+            return x_start
+        x = sampler.next_x(i, x_start, lmdm.noise_from_x0(x, t, x_start), noise[i])
+
+
+def time_ms(fn: Callable[[], object], warmup: int, reps: int) -> dict[str, float]:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return {"median_ms": statistics.median(times), "min_ms": min(times), "reps": reps}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model-dir", help="folder with lmdm_v0.4_hubert.pth (default: random weights)")
+    parser.add_argument("--steps", type=int, nargs="+", default=[25, 50])
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--naive-reps", type=int, default=5)
+    parser.add_argument("--frames", type=int, default=394, help="sequence length for the end-to-end timing")
+    parser.add_argument("--tf32", action="store_true", help="allow TF32 matmuls (default: strict fp32)")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench_lmdm needs a CUDA GPU")
+
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    torch.backends.cudnn.allow_tf32 = args.tf32
+    torch.set_float32_matmul_precision("high" if args.tf32 else "highest")
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    if args.model_dir:
+        lmdm = load_network("lmdm", args.model_dir, device=device)
+    else:
+        lmdm = LMDM().to(device).eval().requires_grad_(False)
+
+    gen = torch.Generator(device=device).manual_seed(0)
+    b = args.batch
+    kp = torch.randn(b, MOTION_DIM, device=device, generator=gen)
+    aud = torch.randn(b, WINDOW, lmdm.cond_dim, device=device, generator=gen)
+    x_T = torch.randn(b, WINDOW, MOTION_DIM, device=device, generator=gen)
+
+    report: dict = {
+        "device": torch.cuda.get_device_name(device),
+        "torch": torch.__version__,
+        "batch": b,
+        "tf32": args.tf32,
+        "weights": "official" if args.model_dir else "random",
+        "per_window": {},
+    }
+    with torch.no_grad():
+        for steps in args.steps:
+            eager = DDIMSampler(lmdm, steps, cuda_graph=False)
+            graphed = DDIMSampler(lmdm, steps, cuda_graph=True)
+            noise = torch.randn(eager.noise_shape(b), device=device, generator=gen)
+            inputs = (kp, aud, x_T, noise)
+
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graphed.sample(*inputs)  # warm-up run + capture
+            end.record()
+            end.synchronize()
+
+            row = {
+                "naive_two_pass": time_ms(lambda: naive_window(eager, *inputs), 1, args.naive_reps),
+                "eager": time_ms(lambda: eager.sample(*inputs), 2, args.reps),
+                "cuda_graph": time_ms(lambda: graphed.sample(*inputs), 2, args.reps),
+                "graph_first_call_ms": start.elapsed_time(end),
+            }
+            ref = eager.sample(*inputs)
+            row["graph_vs_eager_max_abs"] = (graphed.sample(*inputs) - ref).abs().max().item()
+            row["naive_vs_eager_max_abs"] = (naive_window(eager, *inputs) - ref).abs().max().item()
+            for name in ("naive_two_pass", "eager"):
+                row[f"speedup_graph_vs_{name}"] = row[name]["median_ms"] / row["cuda_graph"]["median_ms"]
+            report["per_window"][str(steps)] = row
+
+            if b == 1:
+                cond = torch.randn(args.frames, lmdm.cond_dim, device=device, generator=gen)
+                for name, sampler in (("eager", eager), ("cuda_graph", graphed)):
+                    timing = time_ms(lambda: generate_motion(sampler, kp[0], cond, generator=gen), 1, 3)
+                    row[f"sequence_{args.frames}_frames_{name}"] = timing
+
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""Command line: ``python -m ditto_core {render,convert-weights} ...``.
+
+Headless use without ComfyUI: the same library calls the nodes make.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from .errors import DittoError
+
+
+def _add_render(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("render", help="portrait + speech -> talking-head MP4")
+    p.add_argument("--image", required=True, type=Path, help="portrait image (or a short video) with one visible face")
+    p.add_argument("--audio", required=True, type=Path, help="speech track (wav, mp3, flac, m4a, ...)")
+    p.add_argument("--out", required=True, type=Path, help="output .mp4 path (written atomically)")
+    p.add_argument("--models", type=Path, default=Path("models/ditto"),
+                   help="folder with the official Ditto files (default: models/ditto)")
+    p.add_argument("--random-weights", action="store_true",
+                   help="smoke mode: random networks, no face detector, stand-in audio encoder; the output is "
+                        "noise but every stage of the pipeline runs")
+    p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda when available)")
+    p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
+    p.add_argument("--steps", type=int, default=25, help="DDIM steps of the motion diffusion (reference: 50)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--emo", type=int, default=4, help="emotion 0-7 (4: neutral)")
+    p.add_argument("--blinks", type=int, default=0,
+                   help="procedural blinks: -1 off, 0 random spacing, N > 0 a blink every N frames")
+    p.add_argument("--eye-lock", action="store_true", help="lock eye state to the source's frame 0")
+    p.add_argument("--batch-size", type=int, default=0, help="frames per warp+decode batch (0: chosen from free VRAM)")
+    p.add_argument("--crf", type=int, default=18)
+    p.add_argument("--preset", default="medium", help="x264 preset (ultrafast ... veryslow)")
+    p.add_argument("--max-seconds", type=float, default=None, help="render only the first N seconds of speech")
+    p.add_argument("--cache-dir", type=Path, default=None, help="avatar cache folder (default: next to --models)")
+
+
+def _add_convert(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("convert-weights", help="official .pth files -> .safetensors (+ JSON index)")
+    p.add_argument("src", type=Path, help="folder with the official ditto_pytorch/models/*.pth files")
+    p.add_argument("dst", type=Path, help="folder to write <name>.safetensors and ditto_models.json into")
+
+
+def _render(args: argparse.Namespace) -> int:
+    from .pipeline import render_cli
+
+    out = render_cli(args)
+    print(f"wrote {out}")
+    return 0
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from .models.checkpoints import convert_weights
+
+    for path in convert_weights(args.src, args.dst):
+        print(f"wrote {path}")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ditto_core", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_render(sub)
+    _add_convert(sub)
+    args = parser.parse_args(argv)
+    try:
+        return {"render": _render, "convert-weights": _convert}[args.command](args)
+    except DittoError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: nothing was written", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,271 @@
+"""HuBERT speech features at 25 fps, computed the way Ditto's offline pipeline computes them.
+
+The network is Ditto's streaming HuBERT-large export, ``hubert_streaming_fix_kv.onnx``: one
+float32 input ``(1, samples)`` of raw 16 kHz speech (no normalisation), one output of 1024-wide
+rows at 50 Hz, ``(rows, 1024)`` (the export drops the batch axis, so windows cannot be
+batched: one window per call). :mod:`.chunking` documents how a clip is cut into windows and
+how each window's rows become video frames.
+
+On a CUDA device the session runs on onnxruntime's CUDA execution provider with I/O binding:
+windows are read straight from the torch tensor and rows written into a torch buffer, on a
+stream of our own that is ordered with the caller's, so no sample or row crosses to the host
+(onnxruntime may still wait on that stream inside each ``run`` call: its API offers no way
+around it). Without that provider (the plain ``onnxruntime`` wheel) it runs on the CPU and the
+features are moved to the requested device once at the end.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..errors import CheckpointError, InputError, MissingModelError
+from ..progress import ProgressCallback, report
+from .audio_features import SAMPLE_RATE, AudioFeatures
+from .chunking import HUBERT_ROWS_PER_FRAME, StreamingWindow, num_video_frames
+from .validation import require_finite, require_float_waveform, warn_on_level
+
+logger = logging.getLogger(__name__)
+
+HUBERT_ONNX_NAME = "hubert_streaming_fix_kv.onnx"
+HUBERT_DIM = 1024
+# One window's worth of valid frames (5 x 40 ms). The reference would animate even 1 sample,
+# but a clip this short is nearly always a bad trim or the wrong input, and padding it
+# ourselves would silently change the video's length: we refuse it and say how to pad.
+MIN_DURATION_S = 0.2
+_DOWNLOAD_HINT = (
+    "download ditto_pytorch/aux_models/hubert_streaming_fix_kv.onnx from "
+    "https://huggingface.co/digital-avatar/ditto-talkinghead into models/ditto/aux_models/"
+)
+
+Runner = Callable[[Tensor], Tensor]
+"""Runs the ONNX graph on one window ``(1, samples)`` float32 and returns its rows."""
+
+
+class _CpuRunner:
+    """onnxruntime on the CPU: windows in and rows out as zero-copy numpy views."""
+
+    def __init__(self, session) -> None:
+        self._session = session
+        self._input = session.get_inputs()[0].name
+        self._output = session.get_outputs()[0].name
+
+    def __call__(self, window: Tensor) -> Tensor:
+        (rows,) = self._session.run([self._output], {self._input: window.numpy()})
+        return torch.from_numpy(rows)
+
+
+class _CudaRunner:
+    """onnxruntime's CUDA provider bound to torch memory: samples and rows never visit the host.
+
+    The rows come back in one buffer that the next call overwrites; read them before that.
+    """
+
+    def __init__(self, session, device: torch.device) -> None:
+        import onnxruntime as ort
+
+        self._session = session
+        self._input = session.get_inputs()[0].name
+        self._output = session.get_outputs()[0].name
+        self._device = device
+        self._binding = session.io_binding()
+        self._rows: Optional[Tensor] = None
+        self._run_options = ort.RunOptions()
+        # The session computes on our torch stream; the stream orders it, a blocking sync at
+        # the end of every run would only stall the host.
+        self._run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
+
+    def _bind(self, name: str, tensor: Tensor, output: bool) -> None:
+        bind = self._binding.bind_output if output else self._binding.bind_input
+        bind(name, "cuda", self._device.index, np.float32, tuple(tensor.shape), tensor.data_ptr())
+
+    def __call__(self, window: Tensor) -> Tensor:
+        self._bind(self._input, window, output=False)
+        if self._rows is None:
+            # The output shape is only known once the graph has run: let onnxruntime allocate
+            # it this once, then keep a torch buffer of that shape bound for every later call.
+            self._binding.bind_output(self._output, "cuda", self._device.index)
+            self._session.run_with_iobinding(self._binding, self._run_options)
+            shape = self._binding.get_outputs()[0].shape()
+            self._rows = torch.empty(shape, dtype=torch.float32, device=self._device)
+            self._bind(self._output, self._rows, output=True)
+        self._session.run_with_iobinding(self._binding, self._run_options)
+        return self._rows
+
+
+def _open_session(path: Path, stream: Optional[torch.cuda.Stream]):
+    import onnxruntime as ort
+
+    if stream is None:
+        providers: list = ["CPUExecutionProvider"]
+    else:
+        cuda_options = {"device_id": stream.device.index, "user_compute_stream": str(stream.cuda_stream)}
+        providers = [("CUDAExecutionProvider", cuda_options), "CPUExecutionProvider"]
+    try:
+        return ort.InferenceSession(str(path), providers=providers)
+    except Exception as err:  # onnxruntime raises its own untyped pybind errors
+        raise CheckpointError(
+            f"cannot load HuBERT model {str(path)!r} ({err}); the file is damaged or not an ONNX "
+            f"model. Re-download it: {_DOWNLOAD_HINT}."
+        ) from err
+
+
+def _check_signature(session, path: Path, window: StreamingWindow) -> None:
+    """Refuse graphs that are not Ditto's streaming HuBERT before any audio reaches them."""
+    inputs, outputs = session.get_inputs(), session.get_outputs()
+    wrong = None
+    if len(inputs) != 1 or inputs[0].type != "tensor(float)" or len(inputs[0].shape) != 2:
+        wrong = "one float input of shape (1, samples)"
+    # An output whose rank the graph does not declare (shape []) is checked when it runs.
+    elif not outputs or outputs[0].type != "tensor(float)" or len(outputs[0].shape) not in (0, 2, 3):
+        wrong = "a float output of shape (rows, 1024)"
+    elif isinstance(inputs[0].shape[1], int) and inputs[0].shape[1] != window.num_samples:
+        wrong = f"windows of {window.num_samples} samples, not {inputs[0].shape[1]}"
+    if wrong:
+        raise CheckpointError(
+            f"{str(path)!r} is not Ditto's streaming HuBERT: it should take {wrong}. "
+            f"Use the official model: {_DOWNLOAD_HINT}."
+        )
+
+
+class HubertFeatureExtractor:
+    """Speech -> :class:`AudioFeatures`, reproducing Ditto's offline ``wav2feat`` for HuBERT.
+
+    Args:
+        model_path: ``hubert_streaming_fix_kv.onnx``.
+        device: where features are returned; on ``cuda`` HuBERT runs on the GPU when
+            onnxruntime has its CUDA provider (``onnxruntime-gpu``), else on the CPU.
+        window: streaming window layout; the default is the one the LMDM was trained with.
+    """
+
+    def __init__(
+        self,
+        model_path: Union[str, os.PathLike],
+        device: Union[str, torch.device] = "cpu",
+        window: StreamingWindow = StreamingWindow(),
+    ) -> None:
+        import onnxruntime as ort
+
+        path = Path(model_path)
+        if not path.is_file():
+            raise MissingModelError(f"HuBERT model not found at {str(path)!r}; {_DOWNLOAD_HINT}.")
+        self.device = torch.device(device)
+        if self.device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise InputError(f"device {device!r} was asked for, but PyTorch sees no CUDA GPU; use 'cpu'.")
+            index = torch.cuda.current_device() if self.device.index is None else self.device.index
+            self.device = torch.device("cuda", index)
+        self.window = window
+        wants_cuda = self.device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers()
+        stream = torch.cuda.Stream(self.device) if wants_cuda else None
+        session = _open_session(path, stream)
+        _check_signature(session, path, window)
+        self.execution_provider: str = session.get_providers()[0]
+        if self.execution_provider == "CUDAExecutionProvider":
+            self._stream, self._compute_device = stream, self.device
+            self._runner: Runner = _CudaRunner(session, self.device)
+        else:
+            if self.device.type == "cuda":
+                logger.warning(
+                    "onnxruntime has no working CUDA provider here, so HuBERT runs on the CPU "
+                    "(slower, same result). Install onnxruntime-gpu to run it on the GPU."
+                )
+            self._stream, self._compute_device = None, torch.device("cpu")
+            self._runner = _CpuRunner(session)
+
+    @classmethod
+    def from_model_dir(
+        cls, model_dir: Union[str, os.PathLike], device: Union[str, torch.device] = "cpu"
+    ) -> "HubertFeatureExtractor":
+        """Find the model in ``<model_dir>/aux_models/`` (official layout) or ``<model_dir>/``."""
+        candidates = [Path(model_dir) / "aux_models" / HUBERT_ONNX_NAME, Path(model_dir) / HUBERT_ONNX_NAME]
+        for candidate in candidates:
+            if candidate.is_file():
+                return cls(candidate, device)
+        looked = ", ".join(repr(str(c)) for c in candidates)
+        raise MissingModelError(f"{HUBERT_ONNX_NAME} not found (looked at {looked}); {_DOWNLOAD_HINT}.")
+
+    def __call__(
+        self,
+        audio_16k: Tensor,
+        sample_rate: int = SAMPLE_RATE,
+        progress: Optional[ProgressCallback] = None,
+    ) -> AudioFeatures:
+        """Encode mono 16 kHz speech.
+
+        Args:
+            audio_16k: float ``(samples,)`` in [-1, 1], at least 0.2 s, any device
+                (:func:`~ditto_core.audio.to_mono_16k` makes one from any waveform).
+            sample_rate: the rate of ``audio_16k``; anything but 16000 is refused.
+            progress: called ``(windows_done, windows_total)`` after each window; may raise
+                to cancel.
+
+        Returns:
+            :class:`AudioFeatures` whose ``features`` are float32 ``(num_frames, 1024)`` on
+            ``self.device``, ``num_frames = ceil(samples / 16000 * 25)``.
+        """
+        self._check_speech(audio_16k, sample_rate)
+        audio = audio_16k.detach().to(self._compute_device, torch.float32)
+        if self._stream is None:
+            features = self._encode(audio, progress)
+        else:
+            caller = torch.cuda.current_stream(self.device)
+            self._stream.wait_stream(caller)
+            audio.record_stream(self._stream)
+            with torch.cuda.stream(self._stream):
+                features = self._encode(audio, progress)
+            caller.wait_stream(self._stream)
+            features.record_stream(caller)
+        return AudioFeatures(features=features.to(self.device), duration_s=audio.shape[0] / SAMPLE_RATE)
+
+    def _check_speech(self, audio: Tensor, sample_rate: int) -> None:
+        name = "speech for HuBERT"
+        require_float_waveform(audio, name)
+        if sample_rate != SAMPLE_RATE:
+            raise InputError(f"{name}: sampled at {sample_rate} Hz; resample to 16 kHz first (to_mono_16k).")
+        if audio.dim() != 1:
+            raise InputError(
+                f"{name}: expected mono samples of shape (samples,), got {tuple(audio.shape)}; "
+                "mix it down with to_mono_16k first."
+            )
+        duration = audio.shape[0] / SAMPLE_RATE
+        if duration < MIN_DURATION_S:
+            raise InputError(
+                f"{name}: the audio lasts {duration:.3f} s, too short to animate (at least "
+                f"{MIN_DURATION_S} s is needed). Pad it with silence if a clip this short is intended."
+            )
+        require_finite(audio, name, SAMPLE_RATE)
+        warn_on_level(audio, name)
+
+    def _encode(self, audio: Tensor, progress: Optional[ProgressCallback]) -> Tensor:
+        """``audio`` float32 ``(samples,)`` on the compute device -> ``(frames, 1024)`` float32."""
+        window = self.window
+        num_frames = num_video_frames(audio.shape[0])
+        starts = window.starts(num_frames)
+        padded = F.pad(audio, (window.pad_before, window.pad_after))
+        features = torch.empty(len(starts) * window.valid, HUBERT_DIM, device=audio.device)
+        for k, start in enumerate(starts):
+            rows = self._window_rows(padded[start : start + window.num_samples].view(1, -1))
+            pairs = rows.view(window.valid, HUBERT_ROWS_PER_FRAME, HUBERT_DIM)
+            torch.mean(pairs, dim=1, out=features[k * window.valid : (k + 1) * window.valid])
+            report(progress, k + 1, len(starts))
+        return features[:num_frames]
+
+    def _window_rows(self, samples: Tensor) -> Tensor:
+        """HuBERT rows of the valid frames of one window: ``(2 * valid, 1024)``."""
+        rows = self._runner(samples)
+        if rows.dim() == 3 and rows.shape[0] == 1:  # exports that keep the batch axis
+            rows = rows[0]
+        needed = HUBERT_ROWS_PER_FRAME * (self.window.valid + self.window.future)
+        if rows.dim() != 2 or rows.shape[1] != HUBERT_DIM or rows.shape[0] < needed:
+            raise CheckpointError(
+                f"the HuBERT model returned rows of shape {tuple(rows.shape)} for a window of "
+                f"{samples.shape[1]} samples; Ditto's model gives (20, {HUBERT_DIM}). {_DOWNLOAD_HINT}."
+            )
+        return rows[self.window.kept_rows(rows.shape[0])]

@@ -1,0 +1,298 @@
+"""Official Ditto checkpoint files -> our modules.
+
+Users download ``ditto_pytorch/models/*.pth`` from HuggingFace
+(``digital-avatar/ditto-talkinghead``) and may convert them once to ``.safetensors`` with
+``python -m ditto_core convert-weights``. Both load here, strictly: every key and shape must
+match, otherwise the error names the file and the first mismatching key with both shapes.
+Nothing is returned until every requested network has loaded, so a bad file never leaves a
+half-loaded set behind.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Optional
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import CheckpointError, MissingModelError
+
+HF_REPO = "digital-avatar/ditto-talkinghead"
+FORMAT_VERSION = "1"
+StateDict = dict[str, Tensor]
+
+
+def _bare(obj: Any, path: Path) -> Any:
+    return obj
+
+
+def _stitch(obj: Any, path: Path) -> Any:
+    # The file is LivePortrait's retargeting checkpoint: three heads saved from DDP-wrapped
+    # modules. Ditto only uses the shoulder head.
+    head = _entry(obj, "retarget_shoulder", path)
+    return {key.replace("module.", ""): value for key, value in head.items()} if isinstance(head, Mapping) else head
+
+
+def _lmdm(obj: Any, path: Path) -> Any:
+    return _entry(obj, "model_state_dict", path)
+
+
+def _entry(obj: Any, key: str, path: Path) -> Any:
+    if not isinstance(obj, Mapping) or key not in obj:
+        found = ", ".join(map(str, list(obj)[:5])) if isinstance(obj, Mapping) else type(obj).__name__
+        raise CheckpointError(
+            f"{path} is not the expected Ditto checkpoint: it has no '{key}' entry (found: {found}). "
+            f"Re-download {path.name} from HuggingFace {HF_REPO} (ditto_pytorch/models/)."
+        )
+    return obj[key]
+
+
+def _build_lmdm(state: StateDict) -> nn.Module:
+    from .lmdm import LMDM
+
+    # The released model was trained with 1103-wide conditions; the reference code default
+    # (1059) is wrong for it, so the width is read from the checkpoint itself.
+    weight = state.get("cond_projection.weight")
+    return LMDM(cond_dim=weight.shape[1]) if weight is not None and weight.ndim == 2 else LMDM()
+
+
+def _builder(module: str, cls: str) -> Callable[[StateDict], nn.Module]:
+    def build(state: StateDict) -> nn.Module:
+        import importlib
+
+        return getattr(importlib.import_module(f".{module}", __package__), cls)()
+
+    return build
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """How one official file becomes one module."""
+
+    name: str  # our name for the network (also the DittoModels attribute)
+    stem: str  # official file name without extension
+    unwrap: Callable[[Any, Path], Any]  # container -> the state dict the module loads
+    build: Callable[[StateDict], nn.Module]
+
+    @property
+    def official_file(self) -> str:
+        return f"{self.stem}.pth"
+
+
+NETWORKS: dict[str, NetworkSpec] = {
+    spec.name: spec
+    for spec in (
+        NetworkSpec("appearance_extractor", "appearance_extractor", _bare,
+                    _builder("appearance_extractor", "AppearanceFeatureExtractor")),
+        NetworkSpec("motion_extractor", "motion_extractor", _bare, _builder("motion_extractor", "MotionExtractor")),
+        NetworkSpec("warp_network", "warp_network", _bare, _builder("warp_network", "WarpingNetwork")),
+        NetworkSpec("decoder", "decoder", _bare, _builder("decoder", "SPADEDecoder")),
+        NetworkSpec("stitch_network", "stitch_network", _stitch, _builder("stitch_network", "StitchingNetwork")),
+        NetworkSpec("lmdm", "lmdm_v0.4_hubert", _lmdm, _build_lmdm),
+    )
+}
+
+
+def candidate_dirs(model_dir: Path) -> list[Path]:
+    """Where official files may sit under a models folder: flat, or the HuggingFace layout."""
+    model_dir = Path(model_dir)
+    return [model_dir, model_dir / "models", model_dir / "ditto_pytorch" / "models"]
+
+
+def find_network_file(name: str, model_dir: Path) -> Optional[Path]:
+    """The file for network ``name`` under ``model_dir``; ``.safetensors`` wins over ``.pth``."""
+    spec = NETWORKS[name]
+    for folder in candidate_dirs(model_dir):
+        for suffix in (".safetensors", ".pth"):
+            path = folder / f"{spec.stem}{suffix}"
+            if path.is_file():
+                return path
+    return None
+
+
+def missing_files_message(names: Iterable[str], model_dir: Path) -> str:
+    files = ", ".join(NETWORKS[n].official_file for n in names)
+    return (
+        f"Missing Ditto model file(s): {files}. Looked in {Path(model_dir).resolve()} "
+        f"(and its models/ and ditto_pytorch/models/ subfolders). Download them from HuggingFace "
+        f"{HF_REPO} (folder ditto_pytorch/models/) and put them in that folder; inside ComfyUI "
+        f"this is ComfyUI/models/ditto/."
+    )
+
+
+def read_checkpoint(path: Path) -> Any:
+    """Read a ``.pth`` (``weights_only=True``, never arbitrary unpickling) or ``.safetensors`` file."""
+    path = Path(path)
+    hint = f"Re-download {path.name} from HuggingFace {HF_REPO} (ditto_pytorch/models/) or re-run convert-weights."
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            return load_file(str(path), device="cpu")
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile, KeyError) as exc:
+        raise CheckpointError(
+            f"{path} could not be read ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
+            f"the file is truncated, corrupt or not a checkpoint. {hint}"
+        ) from exc
+    except Exception as exc:  # safetensors raises its own error type; the pickle guard raises UnpicklingError
+        raise CheckpointError(f"{path} could not be read safely ({type(exc).__name__}: {exc}). {hint}") from exc
+
+
+def _float32_state(raw: Any, path: Path) -> StateDict:
+    if not isinstance(raw, Mapping) or not all(isinstance(v, Tensor) for v in raw.values()):
+        raise CheckpointError(f"{path} does not hold a state dict of tensors; it is not a Ditto network file.")
+    # Files may be stored in half precision; parity and all rewrites are defined in fp32.
+    return {k: v.float() if v.is_floating_point() else v for k, v in raw.items()}
+
+
+def _guess_network(state: StateDict) -> Optional[str]:
+    keys = set(state)
+    for spec in NETWORKS.values():
+        try:
+            expected = set(spec.build(state).state_dict())
+        except Exception:  # a builder needing keys this state lacks cannot be the match
+            continue
+        if expected == keys:
+            return spec.name
+    return None
+
+
+def check_state_dict(module: nn.Module, state: StateDict, path: Path, name: str) -> None:
+    """Raise :class:`CheckpointError` naming the first mismatch, before anything is copied."""
+    expected = module.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    if missing and unexpected and len(missing) == len(expected):
+        other = _guess_network(state)
+        looks_like = f" It looks like {NETWORKS[other].official_file}." if other else ""
+        raise CheckpointError(
+            f"{path} does not hold the {name} network: none of its {len(expected)} keys are present "
+            f"(first expected: '{missing[0]}', first found: '{unexpected[0]}').{looks_like} "
+            f"Put the right file under this name."
+        )
+    if missing:
+        raise CheckpointError(
+            f"{path} is missing {len(missing)} key(s) of the {name} network, first '{missing[0]}' "
+            f"(expected shape {tuple(expected[missing[0]].shape)}). The file is incomplete or from another model version."
+        )
+    if unexpected:
+        raise CheckpointError(
+            f"{path} has {len(unexpected)} key(s) the {name} network does not have, first '{unexpected[0]}' "
+            f"(shape {tuple(state[unexpected[0]].shape)}). The file is from another model or version."
+        )
+    for key, want in expected.items():
+        if tuple(state[key].shape) != tuple(want.shape):
+            raise CheckpointError(
+                f"{path}: tensor '{key}' has shape {tuple(state[key].shape)} but the {name} network needs "
+                f"{tuple(want.shape)}. The file is from another model version or was modified."
+            )
+
+
+def load_state(name: str, path: Path) -> StateDict:
+    """The fp32 state dict network ``name`` loads from ``path`` (container unwrapped)."""
+    spec = NETWORKS[name]
+    raw = read_checkpoint(path)
+    if path.suffix == ".safetensors":
+        return _float32_state(raw, path)  # converted files already hold the unwrapped state
+    return _float32_state(spec.unwrap(raw, path), path)
+
+
+def build_network(name: str, state: StateDict, path: Path) -> nn.Module:
+    """Build network ``name``, load ``state`` strictly and apply the exact inference rewrites."""
+    module = NETWORKS[name].build(state)
+    check_state_dict(module, state, path, name)
+    module.load_state_dict(state, strict=True)
+    module.eval().requires_grad_(False)
+    prepare = getattr(module, "prepare_for_inference", None)
+    if callable(prepare):
+        prepare()
+    return module
+
+
+def load_network(
+    name: str, model_dir: Path | str, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+) -> nn.Module:
+    """Load one official network from ``model_dir`` (see :func:`find_network_file`)."""
+    if name not in NETWORKS:
+        raise KeyError(f"unknown network '{name}'; expected one of {sorted(NETWORKS)}")
+    path = find_network_file(name, Path(model_dir))
+    if path is None:
+        raise MissingModelError(missing_files_message([name], Path(model_dir)))
+    return build_network(name, load_state(name, path), path).to(device=device, dtype=dtype)
+
+
+def file_identity(path: Path) -> str:
+    """A cheap, stable fingerprint of a model file: size plus hashes of its first and last MiB.
+
+    Hashing whole 200 MB files on every start would cost seconds; head, tail and size change
+    whenever a file is replaced by a different download or conversion.
+    """
+    size = path.stat().st_size
+    h = hashlib.sha256(f"{path.name}:{size}".encode())
+    with open(path, "rb") as f:
+        h.update(f.read(1 << 20))
+        if size > 2 << 20:
+            f.seek(-(1 << 20), os.SEEK_END)
+            h.update(f.read())
+    return h.hexdigest()
+
+
+def convert_weights(src: Path | str, dst: Path | str) -> list[Path]:
+    """Convert every official ``.pth`` found under ``src`` into ``.safetensors`` files in ``dst``.
+
+    Each file is unwrapped and strictly validated against its network first, so a converted
+    file is known to load. Writes are atomic (temp file + rename); a JSON sidecar lists what
+    was converted. Returns the written paths.
+    """
+    from safetensors.torch import save_file
+
+    src, dst = Path(src), Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    found = {name: _find_pth(name, src) for name in NETWORKS}
+    found = {name: path for name, path in found.items() if path is not None}
+    if not found:
+        raise MissingModelError(missing_files_message(NETWORKS, src))
+    written, index = [], {}
+    for name, path in found.items():
+        state = load_state(name, path)
+        build_network(name, state, path)  # validates; raises before anything is written
+        # safetensors refuses aliased storage (the LMDM's rotary buffer is stored 11 times).
+        tensors = {k: v.contiguous().clone() for k, v in state.items()}
+        out = dst / f"{NETWORKS[name].stem}.safetensors"
+        meta = {"ditto_network": name, "source_file": path.name, "format_version": FORMAT_VERSION}
+        _atomic_write(out, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
+        index[out.name] = {**meta, "sha256": _sha256(out), "num_tensors": len(tensors)}
+        written.append(out)
+    _atomic_write(dst / "ditto_models.json", lambda tmp: tmp.write_text(json.dumps(index, indent=2)))
+    return written
+
+
+def _find_pth(name: str, folder: Path) -> Optional[Path]:
+    for d in candidate_dirs(folder):
+        p = d / NETWORKS[name].official_file
+        if p.is_file():
+            return p
+    return None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _atomic_write(target: Path, write: Callable[[Path], Any]) -> None:
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)

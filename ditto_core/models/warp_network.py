@@ -1,0 +1,85 @@
+"""Warping network: moves the source feature volume from source to driving keypoints."""
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..errors import InputError
+from .blocks import ConvNormAct, fold_batchnorms_
+from .dense_motion import DenseMotionNetwork
+
+
+class WarpingNetwork(nn.Module):
+    """Warps ``f_s`` with the dense motion between two keypoint sets and projects it to 2-D.
+
+    The warped (C, D) volume is flattened to C*D channels, mixed by a 3x3 conv-BN-LeakyReLU
+    and a 1x1 conv, and dimmed where the occlusion map says the source cannot be trusted.
+    Defaults are the official ``warp_network.pth``, whose state dict this module loads with
+    ``strict=True``.
+
+    Args:
+        num_kp: keypoints K.
+        feature_channels: channels C of the feature volume.
+        feature_depth: depth D of the feature volume.
+        out_channels: channels of the 2-D output handed to the decoder.
+    """
+
+    def __init__(
+        self, num_kp: int = 21, feature_channels: int = 32, feature_depth: int = 16, out_channels: int = 256
+    ) -> None:
+        super().__init__()
+        self.num_kp = num_kp
+        self.feature_channels = feature_channels
+        self.feature_depth = feature_depth
+        self.dense_motion_network = DenseMotionNetwork(num_kp, feature_channels, feature_depth)
+        self.third = ConvNormAct(feature_channels * feature_depth, out_channels, negative_slope=0.01)
+        self.fourth = nn.Conv2d(out_channels, out_channels, kernel_size=1)
+        self._hw_multiple = 2 ** len(self.dense_motion_network.hourglass.encoder.down_blocks)
+
+    def forward(self, feature_3d: Tensor, kp_source: Tensor, kp_driving: Tensor) -> Tensor:
+        """Warp and project.
+
+        Args:
+            feature_3d: (B, C, D, H, W) appearance features, (B, 32, 16, 64, 64) in Ditto.
+            kp_source: (B, K, 3) source keypoints, normalised (x right, y down, z in).
+            kp_driving: (B, K, 3) driving keypoints, same convention.
+
+        Returns:
+            (B, out_channels, H, W) in ``feature_3d``'s dtype.
+        """
+        self._check_inputs(feature_3d, kp_source, kp_driving)
+        deformation, occlusion = self.dense_motion_network(feature_3d, kp_source, kp_driving)
+        # Sampled at the deformation's (float32 or wider) precision; see DenseMotionNetwork.
+        out = F.grid_sample(feature_3d.to(deformation.dtype), deformation, align_corners=False)
+        out = self.fourth(self.third(out.to(feature_3d.dtype).flatten(1, 2)))
+        return out.mul_(occlusion)
+
+    def _check_inputs(self, feature_3d: Tensor, kp_source: Tensor, kp_driving: Tensor) -> None:
+        c, d, m = self.feature_channels, self.feature_depth, self._hw_multiple
+        shape = tuple(feature_3d.shape)
+        if (
+            len(shape) != 5
+            or shape[1:3] != (c, d)
+            or shape[3] % m
+            or shape[4] % m
+            or not feature_3d.is_floating_point()
+        ):
+            raise InputError(
+                f"WarpingNetwork: feature_3d must be a floating-point (B, {c}, {d}, H, W) volume "
+                f"with H and W multiples of {m}, as the appearance extractor makes from a 256x256 "
+                f"crop; got shape {shape}, dtype {feature_3d.dtype}."
+            )
+        for name, kp in (("kp_source", kp_source), ("kp_driving", kp_driving)):
+            if tuple(kp.shape) != (shape[0], self.num_kp, 3):
+                raise InputError(
+                    f"WarpingNetwork: {name} must have shape (B, {self.num_kp}, 3) with B = "
+                    f"{shape[0]} (the batch of feature_3d); got {tuple(kp.shape)}. Reshape "
+                    f"flattened (B, {3 * self.num_kp}) keypoints with .reshape(B, {self.num_kp}, 3)."
+                )
+
+    def prepare_for_inference(self) -> "WarpingNetwork":
+        """Fold the eval BatchNorms that follow a conv into it (exact up to fp32 rounding).
+
+        Call after loading weights; the module no longer loads the official state dict.
+        """
+        return fold_batchnorms_(self)

@@ -1,0 +1,305 @@
+"""DDIM sampling of the LMDM, from one 80-frame window to a whole motion sequence.
+
+:class:`DDIMSampler` runs the fixed-schedule DDIM loop (eta = 1, classifier-free guidance
+weight 2) over one window. On CUDA it records the whole window (condition encoding plus every
+step) into a CUDA graph on first use and replays it afterwards: the per-window work is a few
+hundred small kernels at batch 1, so launch overhead, not arithmetic, is what graphs remove.
+
+:func:`generate_motion` stitches windows into a sequence the way Ditto's offline pipeline
+does: windows start every ``80 - overlap`` frames, each new window is linearly cross-faded
+into the previous one over ``overlap`` frames, the frame before the overlap becomes the next
+window's reference frame, and pose channels are smoothed with a short moving average.
+
+All randomness comes from one ``torch.Generator``; the per-step noise is drawn once per
+sequence and shared by every window, as the reference does.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Callable, Optional, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..errors import InputError
+from ..models.keypoints import MOTION_DIM
+from ..models.lmdm import DIFFUSION_STEPS, LMDM, WINDOW, cosine_alphas_cumprod
+from ..progress import ProgressCallback, report
+
+__all__ = [
+    "DDIMSampler",
+    "WindowSampler",
+    "cosine_alphas_cumprod",
+    "ddim_time_pairs",
+    "generate_motion",
+    "sample_window",
+]
+
+POSE_DIMS = 202
+"""Leading motion channels that are smoothed: scale, the three pose-bin logit sets and t."""
+
+
+def ddim_time_pairs(steps: int, num_train_steps: int = DIFFUSION_STEPS) -> list[tuple[int, int]]:
+    """``[(t, t_next), ...]`` from ``(999, ...)`` down to ``(..., -1)`` for ``steps`` DDIM steps.
+
+    The float32 ``linspace`` truncated toward zero is kept as is: it decides which timesteps
+    the released model is queried at (e.g. 39, not 40).
+    """
+    if not 1 <= steps <= num_train_steps:
+        raise InputError(f"sampling steps must be between 1 and {num_train_steps}, got {steps}.")
+    times = torch.linspace(-1, num_train_steps - 1, steps=steps + 1).int().tolist()[::-1]
+    return list(zip(times[:-1], times[1:]))
+
+
+def _randn(shape: tuple[int, ...], generator: Optional[torch.Generator], device: torch.device) -> Tensor:
+    """Standard normal float32 drawn on the generator's device, then moved to ``device``."""
+    source = generator.device if generator is not None else device
+    return torch.randn(shape, generator=generator, device=source, dtype=torch.float32).to(device)
+
+
+def _check_shape(name: str, tensor: Tensor, expected: tuple[int, ...], hint: str) -> None:
+    if tuple(tensor.shape) != expected:
+        raise InputError(f"{name} has shape {tuple(tensor.shape)}; expected {expected} ({hint}).")
+
+
+class WindowSampler(Protocol):
+    """What :func:`generate_motion` needs from a window sampler."""
+
+    steps: int
+
+    def sample(self, kp_cond: Tensor, aud_cond: Tensor, x_T: Tensor, noise: Tensor) -> Tensor: ...
+
+
+class _CapturedWindow:
+    """One CUDA graph of a whole window at fixed shapes, with its static input/output buffers."""
+
+    def __init__(self, inputs: tuple[Tensor, ...]) -> None:
+        self.inputs = tuple(t.clone() for t in inputs)
+        self.graph = torch.cuda.CUDAGraph()
+        self.output: Optional[Tensor] = None
+
+    def capture(self, run: Callable[..., Tensor]) -> Tensor:
+        """Warm up, record ``run`` over the static inputs, and return the warm-up's result.
+
+        The warm-up runs on a side stream so that lazy library initialisation (cuBLAS
+        handles, attention kernels) is not recorded; its result is a correct eager answer.
+        """
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            result = run(*self.inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        result.record_stream(torch.cuda.current_stream())  # made on the side stream, used on this one
+        with torch.cuda.graph(self.graph):
+            self.output = run(*self.inputs)
+        return result
+
+    def replay(self, inputs: tuple[Tensor, ...]) -> Tensor:
+        for static, value in zip(self.inputs, inputs):
+            static.copy_(value)
+        self.graph.replay()
+        return self.output.clone()  # the next replay overwrites the static output
+
+
+class DDIMSampler:
+    """DDIM (eta = 1) with guidance weight 2 over one 80-frame LMDM window.
+
+    Args:
+        lmdm: the network (its device decides where sampling runs).
+        steps: number of DDIM steps (25 is Ditto's fast setting, 50 its default).
+        cuda_graph: on CUDA, record the window once per input shape and replay it after.
+
+    Call :meth:`sample` with injected ``x_T`` and ``noise`` (see :meth:`noise_shape`), or use
+    :func:`sample_window` to draw them from a generator. Build the sampler after moving the
+    network to its device; recorded graphs keep reading its weights in place, so loading new
+    weights with ``load_state_dict`` is fine but moving the network is not.
+    """
+
+    def __init__(self, lmdm: LMDM, steps: int = 25, cuda_graph: bool = True) -> None:
+        pairs = ddim_time_pairs(steps, lmdm.alphas_cumprod.shape[0])
+        self.lmdm = lmdm
+        self.steps = steps
+        self.cuda_graph = cuda_graph
+        device = lmdm.alphas_cumprod.device
+        alpha = lmdm.alphas_cumprod.detach().float().cpu()  # once, at setup: host floats below
+        t, t_next = (torch.tensor(col) for col in zip(*pairs))
+        a, a_next = alpha[t[:-1]], alpha[t_next[:-1]]
+        sigma = ((1 - a / a_next) * (1 - a_next) / (1 - a)).sqrt()
+        # Python floats: constants baked into the step loop (and into a captured graph).
+        self.alpha_next_sqrt: tuple[float, ...] = tuple(a_next.sqrt().tolist())
+        self.c: tuple[float, ...] = tuple((1 - a_next - sigma**2).sqrt().tolist())
+        self.sigma: tuple[float, ...] = tuple(sigma.tolist())
+        self.timesteps = t.to(device)  # (steps,) int64: the model's t at each step
+        self._graphs: dict[tuple, _CapturedWindow] = {}
+
+    def noise_shape(self, batch: int) -> tuple[int, int, int, int]:
+        """Shape of the per-step noise :meth:`sample` expects: (steps - 1, batch, 80, 265)."""
+        return (self.steps - 1, batch, WINDOW, MOTION_DIM)
+
+    @torch.no_grad()
+    def sample(self, kp_cond: Tensor, aud_cond: Tensor, x_T: Tensor, noise: Tensor) -> Tensor:
+        """Denoise one window.
+
+        Args:
+            kp_cond: (B, 265) reference motion frame.
+            aud_cond: (B, 80, C) per-frame conditions.
+            x_T: (B, 80, 265) float32 starting noise.
+            noise: :meth:`noise_shape` float32 noise added after every step but the last.
+
+        Returns:
+            (B, 80, 265) float32 clean window on the network's device.
+        """
+        b = kp_cond.shape[0]
+        _check_shape("x_T", x_T, (b, WINDOW, MOTION_DIM), "one noise window per row of kp_cond")
+        _check_shape("noise", noise, self.noise_shape(b), "one noise window per step but the last")
+        dtype = self.lmdm.null_cond_embed.dtype
+        inputs = (kp_cond.to(dtype), aud_cond.to(dtype), x_T.float(), noise.float())
+        if not (self.cuda_graph and x_T.is_cuda):
+            return self._run(*inputs)
+        key = (tuple(aud_cond.shape), x_T.device)
+        captured = self._graphs.get(key)
+        if captured is None:
+            captured = _CapturedWindow(inputs)
+            result = captured.capture(self._run)
+            self._graphs[key] = captured
+            return result
+        return captured.replay(inputs)
+
+    def next_x(self, i: int, x_start: Tensor, pred_noise: Tensor, noise: Tensor) -> Tensor:
+        """The DDIM update after step ``i`` (not the last): ``x_start·√ᾱ' + c·ε + σ·noise``."""
+        return x_start * self.alpha_next_sqrt[i] + self.c[i] * pred_noise + self.sigma[i] * noise
+
+    def _run(self, kp_cond: Tensor, aud_cond: Tensor, x: Tensor, noise: Tensor) -> Tensor:
+        """The eager loop; nothing in it reads device values back to the host."""
+        lmdm, b = self.lmdm, x.shape[0]
+        condition = lmdm.encode_guidance(kp_cond, aud_cond)
+        rows = 2 * b  # conditional + null rows per step
+        # Everything that depends on t alone, for all steps at once: (steps x 2B) rows.
+        every_t = self.timesteps.repeat_interleave(rows)
+        tiled = replace(condition, hidden=condition.hidden.repeat(self.steps, 1))
+        times = lmdm.time_condition(every_t, tiled)
+
+        def step(i: int, x: Tensor) -> tuple[Tensor, Tensor]:
+            return lmdm.guided_step(x, self.timesteps[i].expand(b), condition, times.rows(i * rows, (i + 1) * rows))
+
+        for i in range(self.steps - 1):
+            pred_noise, x_start = step(i, x)
+            x = self.next_x(i, x_start, pred_noise, noise[i])
+        return step(self.steps - 1, x)[1]
+
+
+def sample_window(
+    lmdm: LMDM,
+    kp_cond: Tensor,
+    aud_cond: Tensor,
+    steps: int = 25,
+    generator: Optional[torch.Generator] = None,
+    x_T: Optional[Tensor] = None,
+    noise: Optional[Tensor] = None,
+) -> Tensor:
+    """One eager DDIM window, (B, 80, 265); ``x_T`` / ``noise`` are drawn when not given.
+
+    Draw order (noise first, then x_T) follows the reference, so one seed gives one result.
+    """
+    sampler = DDIMSampler(lmdm, steps, cuda_graph=False)
+    b, device = kp_cond.shape[0], kp_cond.device
+    if noise is None:
+        noise = _randn(sampler.noise_shape(b), generator, device)
+    if x_T is None:
+        x_T = _randn((b, WINDOW, MOTION_DIM), generator, device)
+    return sampler.sample(kp_cond, aud_cond, x_T, noise)
+
+
+def _smooth_poses_(seq: Tensor, start: int, stop: int, length: int, kernel: int) -> None:
+    """In place: frames ``[start, stop)`` of ``seq`` (frames, 265) get the centred moving average
+    of the pose channels over ``2 * (kernel // 2) + 1`` frames among frames ``[0, length)``.
+
+    Windows are cut at the sequence ends and averaged over the frames they keep; all averages
+    read the values from before this call. ``kernel <= 1`` disables smoothing.
+    """
+    half = kernel // 2
+    if kernel <= 1 or stop <= start:
+        return
+    lo, hi = max(0, start - half), min(length, stop + half)
+    segment = seq[lo:hi, :POSE_DIMS].T.unsqueeze(0)  # (1, channels, frames) for 1-D pooling
+    mean = F.avg_pool1d(segment, 2 * half + 1, stride=1, padding=half, count_include_pad=False)
+    seq[start:stop, :POSE_DIMS] = mean[0, :, start - lo : stop - lo].T
+
+
+@torch.no_grad()
+def generate_motion(
+    sampler: WindowSampler,
+    kp_source: Tensor,
+    cond: Tensor,
+    *,
+    overlap: int = 10,
+    smoothing: int = 3,
+    fix_kp_cond: int = 0,
+    fix_kp_cond_dims: Optional[tuple[int, int]] = None,
+    generator: Optional[torch.Generator] = None,
+    progress: Optional[ProgressCallback] = None,
+) -> Tensor:
+    """Motion vectors for every frame of a condition sequence.
+
+    Args:
+        sampler: a :class:`DDIMSampler` (reuse it across calls to keep its CUDA graphs).
+        kp_source: (265,) packed motion of the source portrait, the first reference frame.
+        cond: (T, C) per-frame conditions, T >= 1.
+        overlap: frames each window shares with the previous one (cross-fade length), 0..79.
+        smoothing: moving-average width for the pose channels (<= 1: off).
+        fix_kp_cond: if > 0, every ``fix_kp_cond``-th window's successor is conditioned on the
+            source motion again instead of the previous window (limits drift).
+        fix_kp_cond_dims: ``(start, stop)`` channels that keep following the previous window
+            on those resets.
+        generator: source of all randomness (noise is drawn on its device).
+        progress: ``progress(windows_done, windows_total)``; may raise to cancel.
+
+    Returns:
+        (T, 265) float32 motion vectors on ``cond``'s device.
+    """
+    if cond.ndim != 2 or cond.shape[0] < 1:
+        raise InputError(f"cond has shape {tuple(cond.shape)}; expected (frames, channels) with at least one frame.")
+    _check_shape("kp_source", kp_source, (MOTION_DIM,), "the packed motion vector of the source")
+    if not 0 <= overlap < WINDOW:
+        raise InputError(f"overlap must be between 0 and {WINDOW - 1} frames, got {overlap}.")
+    if fix_kp_cond < 0:
+        raise InputError(f"fix_kp_cond must be 0 (off) or a positive window count, got {fix_kp_cond}.")
+
+    device, frames = cond.device, cond.shape[0]
+    hop = WINDOW - overlap
+    windows = math.ceil(frames / hop)
+    length = (windows - 1) * hop + WINDOW
+    # The last window is padded by repeating the last condition frame.
+    cond = torch.cat((cond, cond[-1:].expand(length - frames, -1)))
+    noise = _randn((sampler.steps - 1, 1, WINDOW, MOTION_DIM), generator, device)
+    x_T = _randn((windows, 1, WINDOW, MOTION_DIM), generator, device)
+    fade_in = (torch.arange(overlap, device=device, dtype=torch.float32) / overlap)[:, None] if overlap else None
+
+    out = torch.empty(length, MOTION_DIM, device=device, dtype=torch.float32)
+    kp_source = kp_source.to(device=device, dtype=torch.float32)[None]
+    kp_cond = kp_source
+    for w in range(windows):
+        s = w * hop
+        pred = sampler.sample(kp_cond, cond[None, s : s + WINDOW], x_T[w], noise)[0]
+        if w == 0:
+            out[:WINDOW] = pred
+            _smooth_poses_(out, 0, WINDOW, WINDOW, smoothing)
+        else:
+            if overlap:
+                out[s : s + overlap] = out[s : s + overlap] * (1 - fade_in) + pred[:overlap] * fade_in
+            out[s + overlap : s + WINDOW] = pred[overlap:]
+            _smooth_poses_(out, s, s + overlap + 1, s + WINDOW, smoothing)
+        kp_cond = out[s + hop - 1][None].clone()
+        if fix_kp_cond and (w + 1) % fix_kp_cond == 0:
+            kept = kp_cond
+            kp_cond = kp_source.clone()
+            if fix_kp_cond_dims is not None:
+                lo, hi = fix_kp_cond_dims
+                kp_cond[:, lo:hi] = kept[:, lo:hi]
+        report(progress, w + 1, windows)
+
+    out = out[:frames]
+    _smooth_poses_(out, 0, frames, frames, smoothing)
+    return out

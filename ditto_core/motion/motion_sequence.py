@@ -1,0 +1,23 @@
+"""``MotionSequence``: per-frame keypoints ready for warping."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+
+@dataclass
+class MotionSequence:
+    """T output frames of motion, on the compute device.
+
+    Frame i warps source frame ``source_index[i]`` from ``kp_source[i]`` to ``kp_driving[i]``
+    (for a video source the index ping-pongs through its frames, as Ditto's mirror loop does).
+    """
+
+    kp_source: Tensor  # (T, 21, 3) float32: posed source keypoints (x_s)
+    kp_driving: Tensor  # (T, 21, 3) float32: driving keypoints after stitching (x_d)
+    source_index: Tensor  # (T,) int64: index into SourceInfo frames
+    fps: float = 25.0
+
+    def __len__(self) -> int:
+        return self.kp_driving.shape[0]

@@ -1,0 +1,89 @@
+"""The four face-analysis models registration needs, found and loaded as one set."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional
+
+import torch
+
+from ..errors import MissingModelError
+from ..models.checkpoints import file_identity
+from .face_detector import FaceDetector
+from .landmark106 import Landmark106
+from .landmark203 import Landmark203
+from .landmark478 import Landmark478
+from .onnx_session import HF_AUX_FOLDER, create_session
+
+AUX_FILES = {
+    "face_detector": "det_10g.onnx",
+    "landmark106": "2d106det.onnx",
+    "landmark203": "landmark203.onnx",
+    "landmark478": "face_landmarker.task",
+}
+"""Attribute of :class:`AuxModels` -> official file name."""
+
+
+@dataclass
+class AuxModels:
+    """Face models; any may be None when it was not required (see :func:`load_aux_models`).
+
+    Duck-typed on purpose: registration only calls them, so tests and other back ends can
+    pass any callables with the same signatures.
+    """
+
+    face_detector: Optional[FaceDetector] = None
+    landmark106: Optional[Landmark106] = None
+    landmark203: Optional[Landmark203] = None
+    landmark478: Optional[Landmark478] = None
+    identity: str = ""  # fingerprint of the files loaded: part of the avatar cache key
+
+
+def aux_candidate_dirs(aux_dir: Path) -> list[Path]:
+    """Where the files may sit: flat in ``aux_dir`` or in the HuggingFace download layout."""
+    aux_dir = Path(aux_dir)
+    return [aux_dir, aux_dir / "aux_models", aux_dir / "ditto_pytorch" / "aux_models"]
+
+
+def find_aux_file(name: str, aux_dir: Path) -> Optional[Path]:
+    for folder in aux_candidate_dirs(aux_dir):
+        path = folder / AUX_FILES[name]
+        if path.is_file():
+            return path
+    return None
+
+
+def load_aux_models(
+    aux_dir: Path | str, device: torch.device | str = "cpu", required: Iterable[str] = tuple(AUX_FILES)
+) -> AuxModels:
+    """Load every aux model found under ``aux_dir`` (see :func:`aux_candidate_dirs`).
+
+    ``required`` names the models that must be present; all missing ones are reported in one
+    :class:`MissingModelError`. Registration with face detection needs all four; the
+    no-detector mode needs none (pass ``required=()``; the landmarker is still used if found).
+    """
+    aux_dir = Path(aux_dir)
+    required = list(required)
+    unknown = sorted(set(required) - set(AUX_FILES))
+    if unknown:
+        raise KeyError(f"unknown aux model(s) {unknown}; expected names from {sorted(AUX_FILES)}")
+    files = {name: find_aux_file(name, aux_dir) for name in AUX_FILES}
+    missing = [AUX_FILES[name] for name in required if files[name] is None]
+    if missing:
+        raise MissingModelError(
+            f"Missing Ditto face model file(s): {', '.join(missing)}. Looked in {aux_dir.resolve()} (and its "
+            f"aux_models/ and ditto_pytorch/aux_models/ subfolders). Download them from {HF_AUX_FOLDER} "
+            f"and put them in that folder; inside ComfyUI this is ComfyUI/models/ditto/aux_models/."
+        )
+    onnx_models = {"face_detector": FaceDetector, "landmark106": Landmark106, "landmark203": Landmark203}
+    models = {}
+    for name, path in files.items():
+        if path is None:
+            continue
+        if name in onnx_models:
+            models[name] = onnx_models[name](create_session(path, device, AUX_FILES[name]), path)
+        else:
+            models[name] = Landmark478(path)
+    fingerprint = "|".join(f"{name}={file_identity(path)}" for name, path in files.items() if path is not None)
+    return AuxModels(**models, identity=hashlib.sha256(fingerprint.encode()).hexdigest())

@@ -1,0 +1,152 @@
+"""Content-addressed on-disk cache of registered avatars.
+
+An entry is ``<key>.safetensors`` (the tensors) plus ``<key>.json`` (format, version, key,
+shapes, dtypes and the SHA-256 of the tensor file). Both are written to temporary files and
+renamed into place, tensors first, so a reader never sees a half-written entry: the JSON is
+the commit record. Loading verifies the hash and every shape; a damaged entry is reported
+once with a warning, treated as a miss and overwritten by the caller.
+
+Source frames are not stored: the key hashes them, and the caller already holds them.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..models.keypoints import MotionInfo
+from .source_info import SourceInfo
+
+CACHE_FORMAT = "ditto-avatar"
+CACHE_VERSION = 1
+_KEY = re.compile(r"^[0-9a-f]{64}$")
+_MOTION_PREFIX = "motion."
+
+
+def cache_key(frames: np.ndarray, settings: Mapping[str, Any], model_identity: str) -> str:
+    """SHA-256 over the frames (bytes, shape, dtype), every result-changing setting (JSON
+    values) and the identity of the model files."""
+    frames = np.ascontiguousarray(frames)
+    header = {
+        "format": CACHE_FORMAT,
+        "version": CACHE_VERSION,
+        "shape": list(frames.shape),
+        "dtype": str(frames.dtype),
+        "settings": dict(settings),
+        "models": model_identity,
+    }
+    digest = hashlib.sha256(json.dumps(header, sort_keys=True).encode())
+    digest.update(memoryview(frames).cast("B"))
+    return digest.hexdigest()
+
+
+class _Damaged(Exception):
+    """An entry exists but cannot be trusted."""
+
+
+class AvatarCache:
+    """Registered avatars under ``root`` (created on first write)."""
+
+    def __init__(self, root: Path | str):
+        self.root = Path(root)
+
+    def paths(self, key: str) -> tuple[Path, Path]:
+        """``(tensor file, metadata file)`` of entry ``key``."""
+        if not _KEY.match(key):  # keys become file names: never let one escape the root
+            raise ValueError(f"invalid avatar cache key {key!r}; expected 64 hex digits")
+        return self.root / f"{key}.safetensors", self.root / f"{key}.json"
+
+    def load(self, key: str, device: torch.device | str = "cpu") -> Optional[tuple[dict[str, Tensor], dict]]:
+        """``(tensors on device, metadata)`` of a valid entry; None on a miss or a damaged entry."""
+        from safetensors import SafetensorError
+        from safetensors.torch import load as load_bytes
+
+        tensor_path, meta_path = self.paths(key)
+        if not meta_path.is_file():
+            return None  # absent, or a writer died before committing it
+        try:
+            meta = json.loads(meta_path.read_text())
+            if not isinstance(meta, dict) or meta.get("format") != CACHE_FORMAT or meta.get("key") != key:
+                raise _Damaged("its metadata does not describe this entry")
+            if meta.get("version") != CACHE_VERSION:
+                return None  # written by another version of the pack: silently replaced
+            data = tensor_path.read_bytes()
+            if len(data) != meta["size"] or hashlib.sha256(data).hexdigest() != meta["sha256"]:
+                raise _Damaged("the tensor file does not match its recorded SHA-256 (truncated or modified)")
+            tensors = load_bytes(data)
+            shapes = {name: list(t.shape) for name, t in tensors.items()}
+            if shapes != meta["shapes"]:
+                raise _Damaged("its tensor shapes differ from the recorded ones")
+        except (_Damaged, OSError, ValueError, KeyError, TypeError, SafetensorError) as exc:
+            warnings.warn(
+                f"Avatar cache entry {key} in {self.root} is damaged ({exc}); "
+                f"recomputing it and overwriting the entry.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
+        return {name: t.to(device) for name, t in tensors.items()}, meta
+
+    def store(self, key: str, tensors: Mapping[str, Tensor], metadata: Mapping[str, Any]) -> None:
+        """Write entry ``key`` atomically (replacing any existing one); raises OSError on I/O failure."""
+        from safetensors.torch import save as save_bytes
+
+        tensor_path, meta_path = self.paths(key)
+        data = save_bytes({name: t.detach().to("cpu").contiguous() for name, t in tensors.items()})
+        meta = {
+            **metadata,
+            "format": CACHE_FORMAT,
+            "version": CACHE_VERSION,
+            "key": key,
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "size": len(data),
+            "shapes": {name: list(t.shape) for name, t in tensors.items()},
+            "dtypes": {name: str(t.dtype).removeprefix("torch.") for name, t in tensors.items()},
+        }
+        self.root.mkdir(parents=True, exist_ok=True)
+        _atomic_write(tensor_path, data)
+        _atomic_write(meta_path, json.dumps(meta, indent=1, sort_keys=True).encode())
+
+
+def _atomic_write(target: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())  # the rename must not land before the bytes do
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def source_to_tensors(source: SourceInfo) -> dict[str, Tensor]:
+    """The tensors of a SourceInfo worth caching (everything but the frames)."""
+    tensors = {"M_c2o": source.M_c2o, "f_s": source.f_s, "eye_open": source.eye_open, "eye_ball": source.eye_ball}
+    tensors.update({_MOTION_PREFIX + name: value for name, value in source.motion.as_dict().items()})
+    return tensors
+
+
+def source_from_tensors(tensors: Mapping[str, Tensor], frames: Tensor, is_image: bool, key: str) -> SourceInfo:
+    """Rebuild a SourceInfo from :func:`source_to_tensors` output and the frames it was made from."""
+    motion = {name[len(_MOTION_PREFIX):]: t for name, t in tensors.items() if name.startswith(_MOTION_PREFIX)}
+    return SourceInfo(
+        frames=frames,
+        M_c2o=tensors["M_c2o"],
+        f_s=tensors["f_s"],
+        motion=MotionInfo(**motion),
+        eye_open=tensors["eye_open"],
+        eye_ball=tensors["eye_ball"],
+        is_image=is_image,
+        cache_key=key,
+    )

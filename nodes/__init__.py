@@ -1,0 +1,33 @@
+"""ComfyUI adapters over ``ditto_core``: one thin V3 node per pipeline stage, plus interop.
+
+Nodes parse widgets, call ``ditto_core`` and wrap the results; all the work happens in the
+library. Stage nodes pass ``ditto_core`` objects to each other untouched (see
+:mod:`.ditto_types`), so tensors stay on the GPU between them.
+"""
+from __future__ import annotations
+
+from comfy_api.latest import ComfyExtension, io
+
+from . import all_in_one, audio_nodes, model_nodes, motion_nodes, output_nodes, render_nodes, source_nodes
+from .paths import register_model_folder
+
+NODE_CLASSES: list[type[io.ComfyNode]] = [
+    *model_nodes.NODES,
+    *source_nodes.NODES,
+    *audio_nodes.NODES,
+    *motion_nodes.NODES,
+    *render_nodes.NODES,
+    *output_nodes.NODES,
+    *all_in_one.NODES,
+]
+
+
+class DittoExtension(ComfyExtension):
+    """The Ditto node pack."""
+
+    async def get_node_list(self) -> list[type[io.ComfyNode]]:
+        register_model_folder()  # before any schema lists the model folders
+        return list(NODE_CLASSES)
+
+
+__all__ = ["DittoExtension", "NODE_CLASSES"]

@@ -1,0 +1,73 @@
+"""Ditto Talking Head: the whole pipeline in one node, for users who want a single box."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional
+
+from comfy_api.latest import io
+from torch import Tensor
+
+from ditto_core.motion.motion_options import MotionOptions
+from ditto_core.registration.options import RegistrationOptions
+
+from . import ditto_types as T
+from .audio_nodes import encode_speech
+from .model_registry import ModelHandle
+from .motion_nodes import SEED_MAX, sample_motion
+from .output_nodes import VIDEO_KEY, X264_PRESETS, save_mp4
+from .render_nodes import paste_faces, render_faces
+from .runtime import staged_progress, timed_stage
+from .source_nodes import register_source
+
+_STAGES = 6  # register, audio, motion, render, put-back, encode
+
+
+class DittoTalkingHead(io.ComfyNode):
+    """Portrait + speech -> MP4 in one node (the same stages as the stage nodes, default settings)."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="DittoTalkingHead",
+            display_name="Ditto Talking Head",
+            category=T.CATEGORY,
+            description="Registers the portrait, encodes the speech, samples the motion, renders, pastes back and "
+                        "saves an MP4, with Ditto's default settings. Use the stage nodes for finer control.",
+            inputs=[
+                T.MODELS.Input("models", tooltip="From Load Ditto Models."),
+                io.Image.Input("image", tooltip="The portrait (or video frames) to animate."),
+                io.Audio.Input("audio", tooltip="The speech to lip-sync."),
+                io.Int.Input("steps", default=25, min=1, max=1000, tooltip="DDIM steps: 25 fast, 50 Ditto's default."),
+                io.Int.Input("seed", default=0, min=0, max=SEED_MAX, control_after_generate=True,
+                             tooltip="Seed of the motion diffusion: same seed, same video."),
+                io.Boolean.Input("detect_face", default=True, label_on="detect face", label_off="already cropped",
+                                 tooltip="Off: the image already is a face crop and is used whole."),
+                io.String.Input("filename_prefix", default="ditto/talking_head",
+                                tooltip="File name prefix inside the output folder."),
+                io.Int.Input("crf", default=18, min=0, max=51, tooltip="x264 quality: lower is better and larger."),
+                io.Combo.Input("preset", options=X264_PRESETS, default="medium", tooltip="x264 speed/size trade-off."),
+                T.MOTION_OPTIONS.Input("options", optional=True,
+                                       tooltip="From Eye Lock / Motion Options; Ditto's defaults when unconnected."),
+            ],
+            outputs=[T.FRAMES.Output(display_name="frames", tooltip="The finished frames, for further nodes.")],
+            is_output_node=True,
+        )
+
+    @classmethod
+    def execute(cls, models: ModelHandle, image: Tensor, audio: dict, steps: int, seed: int, detect_face: bool,
+                filename_prefix: str, crf: int, preset: str,
+                options: Optional[MotionOptions] = None) -> io.NodeOutput:
+        motion_options = replace(options or MotionOptions(), steps=steps, seed=seed)
+        stage = staged_progress(_STAGES)
+        with timed_stage("Talking Head", models.torch_device) as timer:
+            source = register_source(models, image, RegistrationOptions(detect_face=detect_face), True, stage(0))
+            features = encode_speech(models, audio, stage(1))
+            motion = sample_motion(models, source, features, motion_options, stage(2))
+            renders = render_faces(models, source, motion, 0, True, stage(3))
+            frames = paste_faces(renders, source, "auto", stage(4))
+            del renders  # frees the 512x512 renders before encoding
+            saved = save_mp4(frames, audio, filename_prefix, crf, preset, stage(5))
+        return io.NodeOutput(frames, ui={VIDEO_KEY: [saved], **timer.ui(len(frames))})
+
+
+NODES = [DittoTalkingHead]

@@ -1,0 +1,147 @@
+"""Eye Lock / Motion Options and LMDM Sampler: speech features -> ``DITTO_MOTION``."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional
+
+import torch
+from comfy_api.latest import io
+
+from ditto_core.audio.audio_features import AudioFeatures
+from ditto_core.motion.motion_options import EMOTIONS, LMDM_WINDOW, MAX_STEPS, MotionOptions
+from ditto_core.motion.motion_sequence import MotionSequence
+from ditto_core.progress import ProgressCallback
+from ditto_core.registration.source_info import SourceInfo
+
+from . import ditto_types as T
+from .model_registry import REGISTRY, ModelHandle
+from .runtime import comfy_progress, timed_stage
+
+SEED_MAX = 0xFFFF_FFFF_FFFF_FFFF
+_TRI_STATE = {"auto": None, "on": True, "off": False}
+_FADE_TARGETS = {"none": "", "first generated frame": "d0", "source": "s"}
+
+
+class MotionOptionsNode(io.ComfyNode):
+    """Emotion, eye behaviour, head-pose offsets and fades for the LMDM Sampler."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        angle = dict(default=0.0, min=-60.0, max=60.0, step=0.5)
+        return io.Schema(
+            node_id="DittoMotionOptions",
+            display_name="Eye Lock / Motion Options",
+            category=T.CATEGORY,
+            description="How the generated motion is conditioned and applied. Defaults reproduce Ditto.",
+            inputs=[
+                io.Combo.Input("emotion", options=list(EMOTIONS), default="neutral",
+                               tooltip="Emotion the face expresses while speaking."),
+                io.Boolean.Input("eye_lock", default=False,
+                                 tooltip="Condition every frame on the eye state of the source's first frame "
+                                         "(Ditto's eye_f0_mode): steadier eyes, useful for video sources."),
+                io.Combo.Input("drive_eye", options=list(_TRI_STATE), default="auto",
+                               tooltip="Whether the eyes follow the generated motion: 'auto' yes for a still "
+                                       "portrait, no for a video source (the video keeps its own eyes)."),
+                io.Float.Input("pitch_offset", tooltip="Degrees added to the head pitch (nod; + looks down).", **angle),
+                io.Float.Input("yaw_offset", tooltip="Degrees added to the head yaw (turn left/right).", **angle),
+                io.Float.Input("roll_offset", tooltip="Degrees added to the head roll (tilt).", **angle),
+                io.Combo.Input("fade_to", options=list(_FADE_TARGETS), default="none",
+                               tooltip="Fade the expression in from / out to this pose at the clip's ends."),
+                io.Int.Input("fade_in", default=0, min=0, max=250,
+                             tooltip="Frames of fade-in at the start (needs fade_to); 25 frames = 1 s."),
+                io.Int.Input("fade_out", default=0, min=0, max=250,
+                             tooltip="Frames of fade-out at the end (needs fade_to); 25 frames = 1 s."),
+                io.Boolean.Input("stitching", default=True,
+                                 tooltip="Run Ditto's stitching network so the shoulders stay attached to the head."),
+            ],
+            outputs=[T.MOTION_OPTIONS.Output(display_name="options", tooltip="For the LMDM Sampler.")],
+        )
+
+    @classmethod
+    def execute(cls, emotion: str, eye_lock: bool, drive_eye: str, pitch_offset: float, yaw_offset: float,
+                roll_offset: float, fade_to: str, fade_in: int, fade_out: int, stitching: bool) -> io.NodeOutput:
+        fade_type = _FADE_TARGETS[fade_to]
+        options = MotionOptions(
+            emo=EMOTIONS.index(emotion),
+            eye_f0_mode=eye_lock,
+            drive_eye=_TRI_STATE[drive_eye],
+            delta_pitch=pitch_offset,
+            delta_yaw=yaw_offset,
+            delta_roll=roll_offset,
+            fade_type=fade_type,
+            # With no fade target the lengths mean nothing; MotionOptions rejects them, so drop them.
+            fade_in=fade_in if fade_type else 0,
+            fade_out=fade_out if fade_type else 0,
+            flag_stitching=stitching,
+        )
+        return io.NodeOutput(options)
+
+
+def sample_motion(
+    handle: ModelHandle,
+    source: SourceInfo,
+    features: AudioFeatures,
+    options: MotionOptions,
+    progress: Optional[ProgressCallback],
+) -> MotionSequence:
+    """Conditions -> DDIM-sampled LMDM motion (all windows) -> stitched keypoints per frame.
+
+    All randomness comes from one generator seeded with ``options.seed``, so a seed always
+    gives the same motion on the same device.
+    """
+    from ditto_core.motion.conditions import build_conditions, build_kp_condition
+    from ditto_core.motion.lmdm_sampler import DDIMSampler, generate_motion
+    from ditto_core.motion.motion_stitch import stitch_motion
+
+    models = REGISTRY.models(handle)
+    cond = build_conditions(features, source, options, models.cond_dim)
+    sampler = REGISTRY.get(handle, ("ddim", options.steps), lambda: DDIMSampler(models.lmdm, options.steps))
+    generator = torch.Generator(device=cond.device).manual_seed(options.seed)
+    vectors = generate_motion(
+        sampler, build_kp_condition(source)[0], cond,
+        overlap=options.overlap_v2, smoothing=options.smo_k_d, fix_kp_cond=options.fix_kp_cond,
+        generator=generator, progress=progress,
+    )
+    return stitch_motion(vectors, source, models.stitch_network, options)
+
+
+class LMDMSampler(io.ComfyNode):
+    """Ditto's motion diffusion: the head and face motion of every frame, from the speech."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        defaults = MotionOptions()
+        return io.Schema(
+            node_id="DittoLMDMSampler",
+            display_name="LMDM Sampler",
+            category=T.CATEGORY,
+            description="Samples the motion of every output frame with the LMDM (DDIM, 80-frame windows "
+                        "cross-faded over 'overlap' frames) and maps it onto the avatar's keypoints.",
+            inputs=[
+                T.MODELS.Input("models", tooltip="From Load Ditto Models."),
+                T.SOURCE.Input("source", tooltip="From Register Avatar."),
+                T.AUDIO_FEATURES.Input("audio_features", tooltip="From Audio Features."),
+                io.Int.Input("steps", default=defaults.steps, min=1, max=MAX_STEPS,
+                             tooltip="DDIM steps: 25 is fast, 50 is Ditto's default (a little smoother)."),
+                io.Int.Input("seed", default=0, min=0, max=SEED_MAX, control_after_generate=True,
+                             tooltip="Seed of the diffusion noise (and of random blinks): same seed, same motion."),
+                io.Int.Input("overlap", default=defaults.overlap_v2, min=0, max=LMDM_WINDOW - 1,
+                             tooltip="Frames shared by consecutive 80-frame windows, cross-faded to hide the seam."),
+                io.Int.Input("smoothing", default=defaults.smo_k_d, min=1, max=31,
+                             tooltip="Moving-average width over frames for head pose and scale (1: off)."),
+                T.MOTION_OPTIONS.Input("options", optional=True,
+                                       tooltip="From Eye Lock / Motion Options; Ditto's defaults when unconnected."),
+            ],
+            outputs=[T.MOTION.Output(display_name="motion", tooltip="Per-frame source/driving keypoints.")],
+        )
+
+    @classmethod
+    def execute(cls, models: ModelHandle, source: SourceInfo, audio_features: AudioFeatures, steps: int, seed: int,
+                overlap: int, smoothing: int, options: Optional[MotionOptions] = None) -> io.NodeOutput:
+        options = replace(options or MotionOptions(), steps=steps, seed=seed, overlap_v2=overlap, smo_k_d=smoothing)
+        with timed_stage("LMDM Sampler", models.torch_device) as timer:
+            motion = sample_motion(models, source, audio_features, options, comfy_progress())
+        return io.NodeOutput(motion, ui=timer.ui(len(motion)))
+
+
+NODES = [MotionOptionsNode, LMDMSampler]

@@ -1,0 +1,87 @@
+"""What every Ditto node needs from ComfyUI at run time: progress, interruption, stage timing.
+
+``ditto_core`` reports long work through one callback type (``ditto_core.progress``); here it
+is mapped onto ComfyUI's progress bar and interrupt flag, so the Cancel button stops a node
+between two chunks of work (ComfyUI's ``InterruptProcessingException`` propagates unchanged).
+Each node also reports how long its stage took and at how many frames per second; the web
+extension shows that under the node.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional
+
+import comfy.model_management
+import comfy.utils
+import torch
+
+from ditto_core.progress import ProgressCallback
+
+STATS_KEY = "ditto_stats"
+"""UI-output key of a node's timing record (read by ``web/ditto.js`` and found in ``/history``)."""
+
+
+def check_interrupted() -> None:
+    """Raise ComfyUI's interrupt exception if the user pressed Cancel."""
+    comfy.model_management.throw_exception_if_processing_interrupted()
+
+
+def comfy_progress(total: int = 1) -> ProgressCallback:
+    """A ``ditto_core`` progress callback that drives this node's ComfyUI progress bar.
+
+    Called from the executing thread between chunks of work, it checks the interrupt flag
+    first, so a cancelled run stops before the next chunk and nothing after it is written.
+    """
+    bar = comfy.utils.ProgressBar(max(1, total))
+
+    def callback(done: int, total: int) -> None:
+        check_interrupted()
+        bar.update_absolute(done, max(1, total))
+
+    return callback
+
+
+def staged_progress(stages: int) -> Callable[[int], ProgressCallback]:
+    """One ComfyUI progress bar over ``stages`` consecutive pieces of work (the all-in-one
+    node): ``staged_progress(n)(i)`` is the callback of stage ``i``, filling its 1/n of the bar."""
+    scale = 1000
+    bar = comfy.utils.ProgressBar(stages * scale)
+
+    def stage(index: int) -> ProgressCallback:
+        def callback(done: int, total: int) -> None:
+            check_interrupted()
+            bar.update_absolute(index * scale + (scale * done) // max(1, total), stages * scale)
+
+        return callback
+
+    return stage
+
+
+@dataclass
+class StageTime:
+    """Wall time of one node's work; ``seconds`` is set when the timed block ends."""
+
+    stage: str
+    seconds: float = 0.0
+
+    def ui(self, frames: Optional[int] = None) -> dict[str, list[dict]]:
+        """The node's UI output: ``{"ditto_stats": [{stage, seconds, frames, fps}]}``."""
+        record: dict = {"stage": self.stage, "seconds": round(self.seconds, 4)}
+        if frames is not None:
+            record["frames"] = int(frames)
+            record["fps"] = round(frames / self.seconds, 2) if self.seconds > 0 else None
+        return {STATS_KEY: [record]}
+
+
+@contextmanager
+def timed_stage(stage: str, device: Optional[torch.device] = None) -> Iterator[StageTime]:
+    """Time a node's work. On CUDA the device is synchronised once at the end, so the time
+    covers the kernels the node queued rather than just their launch."""
+    timer = StageTime(stage)
+    start = time.perf_counter()
+    yield timer
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+    timer.seconds = time.perf_counter() - start

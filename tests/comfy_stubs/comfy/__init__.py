@@ -1,0 +1,1 @@
+"""Stand-in for the ``comfy`` package (only ``utils`` and ``model_management``)."""

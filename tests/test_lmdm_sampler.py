@@ -1,0 +1,260 @@
+"""DDIM sampling of the LMDM: schedule, 25-step parity, windowing, seeding, CUDA graphs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ditto_core.errors import InputError, Interrupted
+from ditto_core.models.checkpoints import load_network
+from ditto_core.models.lmdm import LMDM
+from ditto_core.motion.lmdm_sampler import DDIMSampler, ddim_time_pairs, generate_motion, sample_window
+from tests.parity import rel_l2
+
+W, D = 80, 265
+
+
+@pytest.fixture(scope="module")
+def lmdm(official_ckpt_dir) -> LMDM:
+    return load_network("lmdm", official_ckpt_dir)
+
+
+@pytest.fixture(scope="module")
+def ddim_case(load_case) -> dict:
+    return load_case("lmdm_ddim")
+
+
+# ---- schedule and one window ------------------------------------------------------------
+
+
+def test_time_pairs_match_reference(ddim_case):
+    meta = ddim_case["meta"]
+    pairs = ddim_time_pairs(25)
+    assert pairs == [tuple(p) for p in meta["time_pairs"]]
+    assert [t for t, _ in pairs] == meta["time_cond_list"]
+    assert pairs[0] == (999, 959) and pairs[-1] == (39, -1)
+
+
+def test_step_coefficients_match_reference(ddim_case):
+    meta = ddim_case["meta"]
+    sampler = DDIMSampler(LMDM(), 25)
+    # The reference's float32 scalars differ from ours by at most one ulp; c = sqrt(1 - ᾱ' - σ²)
+    # cancels catastrophically at the first step, where it is ~1e-3, so compare it absolutely.
+    np.testing.assert_allclose(sampler.alpha_next_sqrt, meta["alpha_next_sqrt"], rtol=2e-7)
+    np.testing.assert_allclose(sampler.sigma, meta["sigma"], rtol=2e-7)
+    np.testing.assert_allclose(sampler.c, meta["c"], rtol=1e-6, atol=1e-4)
+
+
+def test_ddim_25_steps_parity(lmdm, ddim_case):
+    inp = ddim_case["inputs"]
+    assert inp["sampling_timesteps"] == 25
+    x0 = sample_window(lmdm, inp["kp_cond"], inp["aud_cond"], 25, x_T=inp["x_T"], noise=inp["noise_list"])
+    assert rel_l2(x0, ddim_case["outputs"]["x0"]) < 1e-4
+
+
+def test_window_seeding(lmdm, ddim_case):
+    inp = ddim_case["inputs"]
+
+    def run(seed: int) -> torch.Tensor:
+        return sample_window(lmdm, inp["kp_cond"], inp["aud_cond"], 2, generator=torch.Generator().manual_seed(seed))
+
+    first, again, other = run(7), run(7), run(8)
+    assert torch.equal(first, again)
+    assert rel_l2(other, first) > 1e-3
+
+
+def test_injected_noise_shapes_are_checked(lmdm, ddim_case):
+    inp = ddim_case["inputs"]
+    with pytest.raises(InputError, match="noise has shape"):
+        sample_window(lmdm, inp["kp_cond"], inp["aud_cond"], 25, x_T=inp["x_T"], noise=inp["noise_list"][:5])
+    with pytest.raises(InputError, match="steps must be between 1 and 1000"):
+        DDIMSampler(lmdm, 0)
+
+
+# ---- windowing over a sequence ------------------------------------------------------------
+
+
+class StubSampler:
+    """Deterministic stand-in for a window: prediction = condition channels + half the reference frame.
+
+    Records every (kp_cond, aud_cond) it was given.
+    """
+
+    steps = 3
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def sample(self, kp_cond, aud_cond, x_T, noise):
+        assert x_T.shape == (1, W, D) and noise.shape == (self.steps - 1, 1, W, D)
+        self.calls.append((kp_cond.clone(), aud_cond.clone()))
+        return aud_cond[..., :D] + 0.5 * kp_cond[:, None, :]
+
+
+def stub_predict(kp: np.ndarray, window: np.ndarray) -> np.ndarray:
+    return window[:, :D] + 0.5 * kp[None, :]
+
+
+def reference_windowing(kp_source, cond, overlap, smooth_k, fix_kp_cond=0, fix_dims=None):
+    """Ditto's offline audio-to-motion loop, transcribed over numpy with :func:`stub_predict`."""
+
+    def smooth(seq, s, e):
+        if smooth_k <= 1:
+            return seq
+        src, h, n = seq.copy(), smooth_k // 2, seq.shape[0]
+        for i in range(s, e):
+            seq[i, :202] = src[max(0, i - h) : min(n, i + h + 1), :202].mean(0)
+        return seq
+
+    valid, fuse = W - overlap, overlap
+    alpha = (np.arange(fuse, dtype=np.float32) / max(fuse, 1))[:, None]
+    kp, res, idx, clip = kp_source.copy(), None, 0, 0
+    while idx < len(cond):
+        win = cond[idx : idx + W]
+        if len(win) < W:
+            win = np.concatenate([win, np.repeat(win[-1:], W - len(win), 0)])
+        pred = stub_predict(kp, win)
+        if res is None:
+            res = smooth(pred.copy(), 0, W)
+        else:
+            n = len(res)
+            res[n - fuse :] = res[n - fuse :] * (1 - alpha) + pred[W - valid - fuse : W - valid] * alpha
+            res = np.concatenate([res, pred[W - valid :]])
+            res = smooth(res, len(res) - valid - fuse, len(res) - valid + 1)
+        clip += 1
+        last = res[len(res) - overlap - 1].copy()
+        if fix_kp_cond and clip % fix_kp_cond == 0:
+            kp = kp_source.copy()
+            if fix_dims:
+                kp[fix_dims[0] : fix_dims[1]] = last[fix_dims[0] : fix_dims[1]]
+        else:
+            kp = last
+        idx += valid
+    return smooth(res[: len(cond)].copy(), 0, len(cond))
+
+
+def _inputs(frames: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(D, generator=gen), torch.randn(frames, 300, generator=gen)
+
+
+@pytest.mark.parametrize(
+    "frames, overlap, smooth_k, fix, dims, windows",
+    [
+        (50, 10, 3, 0, None, 1),  # shorter than a window: padded, then cut
+        (80, 10, 3, 0, None, 2),  # one window is not enough: the hop is 70
+        (200, 10, 3, 0, None, 3),  # three windows, the last one padded
+        (200, 10, 4, 0, None, 3),  # even kernels widen to 5 frames, as in the reference
+        (210, 0, 1, 0, None, 3),  # no overlap, no smoothing: plain concatenation
+        (300, 20, 5, 2, (1, 199), 5),  # periodic reset to the source frame, keeping pose bins
+    ],
+)
+def test_windowing_matches_reference_loop(frames, overlap, smooth_k, fix, dims, windows):
+    kp_source, cond = _inputs(frames)
+    stub = StubSampler()
+    with torch.no_grad():
+        got = generate_motion(
+            stub, kp_source, cond, overlap=overlap, smoothing=smooth_k, fix_kp_cond=fix, fix_kp_cond_dims=dims,
+            generator=torch.Generator().manual_seed(0),
+        )
+    assert got.shape == (frames, D) and len(stub.calls) == windows
+
+    expected = reference_windowing(kp_source.numpy(), cond.numpy(), overlap, smooth_k, fix, dims)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5, atol=1e-5)
+
+    # The conditions each window saw: consecutive slices, the last padded with the final frame.
+    hop = W - overlap
+    for w, (kp, aud) in enumerate(stub.calls):
+        part = cond[w * hop : w * hop + W]
+        torch.testing.assert_close(aud[0, : len(part)], part)
+        torch.testing.assert_close(aud[0, len(part) :], cond[-1].expand(W - len(part), -1))
+    torch.testing.assert_close(stub.calls[0][0][0], kp_source)
+
+
+def test_carry_over_uses_frame_before_overlap():
+    kp_source, cond = _inputs(200)
+    stub = StubSampler()
+    out = generate_motion(stub, kp_source, cond, overlap=10, smoothing=1)
+    # With smoothing off the carried frame is exactly the output frame before the next overlap,
+    # as blended when the window was produced (frame 69 from window 0, frame 139 after window 1).
+    torch.testing.assert_close(stub.calls[1][0][0], out[69])
+    torch.testing.assert_close(stub.calls[2][0][0], out[139])
+
+
+class ConstantSampler:
+    """Window w predicts the constant w + 1 everywhere."""
+
+    steps = 2
+
+    def __init__(self) -> None:
+        self.windows = 0
+
+    def sample(self, kp_cond, aud_cond, x_T, noise):
+        self.windows += 1
+        return torch.full((1, W, D), float(self.windows))
+
+
+def test_overlap_crossfade_formula():
+    out = generate_motion(ConstantSampler(), torch.zeros(D), torch.zeros(150, 8), overlap=10, smoothing=1)
+    ramp = torch.arange(10, dtype=torch.float32) / 10
+    torch.testing.assert_close(out[:70, 0], torch.ones(70))
+    torch.testing.assert_close(out[70:80, 0], 1 * (1 - ramp) + 2 * ramp)
+    torch.testing.assert_close(out[80:140, 0], torch.full((60,), 2.0))
+    torch.testing.assert_close(out[140:150, 0], 2 * (1 - ramp) + 3 * ramp)
+
+
+def test_sequence_seeding_and_cancellation(lmdm, ddim_case):
+    cond = ddim_case["inputs"]["aud_cond"][0, :30]
+    kp = ddim_case["inputs"]["kp_cond"][0]
+    sampler = DDIMSampler(lmdm, 2)
+
+    def run(seed: int) -> torch.Tensor:
+        return generate_motion(sampler, kp, cond, generator=torch.Generator().manual_seed(seed))
+
+    first, again, other = run(3), run(3), run(4)
+    assert first.shape == (30, D)
+    assert torch.equal(first, again)
+    assert rel_l2(other, first) > 1e-3
+
+    def cancel(done: int, total: int) -> None:
+        raise Interrupted("cancelled")
+
+    with pytest.raises(Interrupted):
+        generate_motion(StubSampler(), kp, torch.zeros(200, 300), progress=cancel)
+
+
+def test_sequence_inputs_are_checked():
+    kp, cond = _inputs(100)
+    with pytest.raises(InputError, match="overlap"):
+        generate_motion(StubSampler(), kp, cond, overlap=80)
+    with pytest.raises(InputError, match="cond has shape"):
+        generate_motion(StubSampler(), kp, cond[:0])
+    with pytest.raises(InputError, match="kp_source"):
+        generate_motion(StubSampler(), kp[:63], cond)
+
+
+# ---- CUDA graphs -----------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replay_equals_eager():
+    torch.manual_seed(0)
+    model = LMDM().cuda().eval()
+    eager, graphed = DDIMSampler(model, 25, cuda_graph=False), DDIMSampler(model, 25, cuda_graph=True)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for _ in range(3):  # first call captures, later calls replay with new inputs
+        kp = torch.randn(2, D, device="cuda", generator=gen)
+        aud = torch.randn(2, W, 1103, device="cuda", generator=gen)
+        x_T = torch.randn(2, W, D, device="cuda", generator=gen)
+        noise = torch.randn(eager.noise_shape(2), device="cuda", generator=gen)
+        want = eager.sample(kp, aud, x_T, noise)
+        got = graphed.sample(kp, aud, x_T, noise)
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    assert len(graphed._graphs) == 1
+
+    cond = torch.randn(300, 1103, device="cuda", generator=gen)
+    seqs = [
+        generate_motion(s, kp[0], cond, generator=torch.Generator(device="cuda").manual_seed(5))
+        for s in (eager, graphed)
+    ]
+    torch.testing.assert_close(seqs[1], seqs[0], rtol=1e-6, atol=1e-6)

@@ -1,0 +1,153 @@
+"""Streaming MP4 writer: round trip through PyAV, audio length, atomic output, error propagation."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import torch
+
+from ditto_core.errors import DittoError, InputError
+from ditto_core.video.writer import VideoWriter
+
+
+def gradient_frames(count: int, height: int, width: int) -> torch.Tensor:
+    """Smooth frames (x ramp in red, y ramp in green, frame number in blue): easy to compress
+    and to recognise after a lossy round trip."""
+    ys = torch.linspace(0, 255, height)[:, None].expand(height, width)
+    xs = torch.linspace(0, 255, width)[None, :].expand(height, width)
+    frames = []
+    for i in range(count):
+        blue = torch.full((height, width), float(i * 255 // max(count - 1, 1)))
+        frames.append(torch.stack([xs, ys, blue], dim=-1))
+    return torch.stack(frames).round().to(torch.uint8)
+
+
+def probe(path: Path) -> dict:
+    """Stream metadata and decoded content of an MP4 file."""
+    with av.open(str(path)) as container:
+        video = container.streams.video[0]
+        info = {
+            "fps": video.average_rate,
+            "size": (video.height, video.width),
+            "video_seconds": float(video.duration * video.time_base),
+            "frames": np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)]),
+        }
+    with av.open(str(path)) as container:
+        if container.streams.audio:
+            audio = container.streams.audio[0]
+            info["audio_rate"] = audio.rate
+            info["audio_seconds"] = float(audio.duration * audio.time_base)
+            info["audio_decoded_seconds"] = sum(f.samples for f in container.decode(audio=0)) / audio.rate
+    return info
+
+
+def tone(seconds: float, rate: int, channels: int = 1) -> np.ndarray:
+    t = np.arange(int(seconds * rate)) / rate
+    return np.stack([0.3 * np.sin(2 * np.pi * 440 * (c + 1) * t) for c in range(channels)]).astype(np.float32)
+
+
+def test_round_trip_with_audio(tmp_path):
+    target = tmp_path / "sub" / "clip.mp4"
+    frames = gradient_frames(30, 96, 128)
+    with VideoWriter(target, width=128, height=96, fps=25, audio=(tone(2.0, 24000), 24000), queue_frames=8) as writer:
+        for start in range(0, 30, 7):  # uneven batches
+            writer.write(frames[start : start + 7])
+        assert writer._pool_created <= writer._pool_size == 2  # host memory stays bounded
+        assert writer.frames_written == 30
+    assert sorted(p.name for p in target.parent.iterdir()) == ["clip.mp4"]
+
+    info = probe(target)
+    assert info["frames"].shape == (30, 96, 128, 3)
+    assert info["fps"] == 25 and info["size"] == (96, 128)
+    assert info["video_seconds"] == pytest.approx(30 / 25)
+    # 2 s of audio against 1.2 s of video: cut to the video, within one frame.
+    assert abs(info["audio_seconds"] - info["video_seconds"]) <= 1 / 25
+    assert abs(info["audio_decoded_seconds"] - info["video_seconds"]) <= 1 / 25
+    # Lossy but faithful: same frames, same order, RGB not swapped.
+    error = np.abs(info["frames"].astype(np.int16) - frames.numpy().astype(np.int16))
+    assert error.mean() < 2.0, error.mean()
+
+
+def test_short_stereo_audio_is_padded_and_odd_rate_resampled(tmp_path):
+    target = tmp_path / "clip.mp4"
+    stereo = torch.from_numpy(tone(0.3, 22000, channels=2))  # shorter than the video, odd rate
+    with VideoWriter(target, width=64, height=64, fps=30000 / 1001, audio=(stereo, 22000)) as writer:
+        writer.write(gradient_frames(24, 64, 64))
+    info = probe(target)
+    assert info["fps"] == pytest.approx(30000 / 1001)
+    assert info["audio_rate"] == 48000
+    assert abs(info["audio_seconds"] - 24 * 1001 / 30000) <= 1001 / 30000
+    assert info["frames"].shape[0] == 24
+
+
+def test_odd_size_is_padded_by_one_pixel(tmp_path):
+    target = tmp_path / "odd.mp4"
+    frames = gradient_frames(3, 63, 81)
+    with VideoWriter(target, width=81, height=63) as writer:
+        writer.write(frames.numpy())
+    decoded = probe(target)["frames"]
+    assert decoded.shape == (3, 64, 82, 3)
+    edge = np.abs(decoded[:, :63, 81].astype(int) - decoded[:, :63, 80].astype(int))
+    assert edge.mean() < 3.0, "the pad column repeats the last column"
+
+
+def test_exception_inside_with_leaves_no_file(tmp_path):
+    target = tmp_path / "clip.mp4"
+    with pytest.raises(KeyError):
+        with VideoWriter(target, width=64, height=64, audio=(tone(1.0, 16000), 16000)) as writer:
+            writer.write(gradient_frames(10, 64, 64))
+            raise KeyError("producer failed")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_abort_leaves_no_file_and_close_after_abort_is_a_no_op(tmp_path):
+    writer = VideoWriter(tmp_path / "clip.mp4", width=64, height=64)
+    writer.write(gradient_frames(5, 64, 64))
+    writer.abort()
+    writer.close()
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(DittoError, match="closed"):
+        writer.write(gradient_frames(1, 64, 64))
+
+
+def test_encoder_error_reaches_the_producer(tmp_path, monkeypatch):
+    def broken(self, frames):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(VideoWriter, "_encode_chunk", broken)
+    # Far more frames than the pool holds: the producer must not deadlock on a dead encoder.
+    with pytest.raises(DittoError, match="disk full") as raised:
+        with VideoWriter(tmp_path / "clip.mp4", width=64, height=64, queue_frames=4) as writer:
+            for _ in range(50):
+                writer.write(gradient_frames(4, 64, 64))
+    assert isinstance(raised.value.__cause__, OSError)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_settings_and_inputs(tmp_path):
+    with pytest.raises(InputError, match="preset"):
+        VideoWriter(tmp_path / "a.mp4", width=64, height=64, preset="warp-speed")
+    with pytest.raises(InputError, match="channels"):
+        VideoWriter(tmp_path / "a.mp4", width=64, height=64, audio=(np.zeros((3, 100), np.float32), 16000))
+    with pytest.raises(InputError, match="fps"):
+        VideoWriter(tmp_path / "a.mp4", width=64, height=64, fps=0)
+    assert list(tmp_path.iterdir()) == [], "a rejected writer leaves no temp file"
+    with VideoWriter(tmp_path / "a.mp4", width=64, height=64) as writer:
+        with pytest.raises(InputError, match=r"\(N, 64, 64, 3\) uint8"):
+            writer.write(torch.zeros(2, 64, 32, 3, dtype=torch.uint8))
+        writer.write(gradient_frames(2, 64, 64))
+    assert probe(tmp_path / "a.mp4")["frames"].shape[0] == 2
+
+
+@pytest.mark.gpu
+def test_cuda_frames_are_copied_asynchronously(tmp_path):
+    frames = gradient_frames(40, 128, 128)
+    target = tmp_path / "gpu.mp4"
+    with VideoWriter(target, width=128, height=128, queue_frames=8) as writer:
+        for start in range(0, 40, 10):
+            writer.write(frames[start : start + 10].cuda())
+    decoded = probe(target)["frames"]
+    assert decoded.shape[0] == 40
+    assert np.abs(decoded.astype(np.int16) - frames.numpy().astype(np.int16)).mean() < 2.0
