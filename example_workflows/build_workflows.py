@@ -10,7 +10,6 @@ described in :data:`CORE_NODES`. ``tests/test_nodes_workflows.py`` checks the fi
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import sys
 from dataclasses import dataclass, field
@@ -66,19 +65,12 @@ CORE_NODES: dict[str, NodeSpec] = {
 
 
 def load_pack():
-    """Import the pack as ComfyUI does (a package from its folder), with the test stand-ins if
-    ComfyUI itself is not importable."""
-    try:
-        import comfy_api.latest  # noqa: F401
-    except ImportError:
-        sys.path.insert(0, str(REPO / "tests" / "comfy_stubs"))
-    name = "comfyui_ditto_pack"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "__init__.py", submodule_search_locations=[str(REPO)])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    """The pack, imported as ComfyUI imports it (ComfyUI's modules if installed, else the test stand-ins)."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from tests.comfy_stubs import load_pack as load
+
+    return load()
 
 
 def ditto_node_specs() -> dict[str, NodeSpec]:

@@ -1,6 +1,7 @@
 """AvatarCache: keys, round trip, damaged entries and atomic writes."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import warnings
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from ditto_core.registration import cache as cache_module
-from ditto_core.registration.cache import AvatarCache, cache_key
+from ditto_core.registration.cache import AvatarCache, cache_key, tree_sha256
 
 FRAMES = np.random.default_rng(0).integers(0, 256, (1, 64, 48, 3), dtype=np.uint8)
 SETTINGS = {"crop_scale": 2.3, "smo_k_s": 13, "dtype": "torch.float32"}
@@ -127,3 +128,17 @@ def test_interrupted_write_leaves_no_visible_entry(tmp_path, monkeypatch, fail_o
 def test_keys_cannot_escape_the_root(tmp_path):
     with pytest.raises(ValueError, match="invalid avatar cache key"):
         AvatarCache(tmp_path).paths("../../etc/passwd")
+
+
+def test_tree_hash_detects_any_change_and_records_plain_sha256(stored):
+    data = np.random.default_rng(1).integers(0, 256, 3 * (1 << 20) + 5, dtype=np.uint8)
+    digest = tree_sha256(data)
+    assert digest == tree_sha256(data.tobytes()) and len(digest) == 64
+    for index in (0, (1 << 20) + 7, len(data) - 1):
+        changed = data.copy()
+        changed[index] ^= 1
+        assert tree_sha256(changed) != digest
+    assert tree_sha256(data[:-1]) != digest
+    cache, key = stored
+    meta = json.loads(cache.paths(key)[1].read_text())
+    assert meta["sha256"] == hashlib.sha256(cache.paths(key)[0].read_bytes()).hexdigest()

@@ -3,8 +3,8 @@
 The network denoises an 80-frame window of 265-wide motion vectors (the layout of
 :func:`~ditto_core.models.keypoints.pack_motion`). It is conditioned on one reference motion
 frame (the source portrait, or the last frame of the previous window), on 80 per-frame
-condition vectors (HuBERT audio features plus emotion / eye / source-keypoint controls,
-1103 wide in the released model) and on the diffusion timestep, and it predicts the clean
+condition vectors (1103 wide in the released model: 1024 HuBERT audio features, then 8
+emotion, 2 eye-openness, 6 eye-ball and 63 source-keypoint channels) and on the diffusion timestep, and it predicts the clean
 window x0 directly.
 
 Layout, in the order data flows:
@@ -20,10 +20,14 @@ Rotary position embedding rotates the whole 512-wide token before the attention 
 for queries and keys only. Attribute names follow the official checkpoint
 (``lmdm_v0.4_hubert.pth`` -> ``model_state_dict``) so it loads with ``strict=True``.
 
-Everything that depends only on the conditions (the encoder, the pooled hidden, the
-cross-attention keys/values of the 80 condition tokens) is computed once per window by
-:meth:`LMDM.encode_condition` / :meth:`LMDM.encode_guidance`; each DDIM step then runs only
-:meth:`LMDM.denoise` / :meth:`LMDM.guided_step`.
+A pass is split by what it depends on, so that samplers do each part as rarely as possible:
+
+* :meth:`LMDM.encode_condition` / :meth:`LMDM.encode_guidance`: the conditions only (the
+  encoder, the pooled hidden, the cross-attention keys/values of the 80 condition tokens):
+  once per window;
+* :meth:`LMDM.time_condition`: the timestep (FiLM modulations, time-token keys/values): for a
+  fixed schedule, all steps of a window in one batch;
+* :meth:`LMDM.denoise` / :meth:`LMDM.guided_step`: the decoder over ``x``: every step.
 """
 from __future__ import annotations
 
@@ -280,7 +284,8 @@ class LMDMTimeCondition:
 
     def rows(self, start: int, stop: int) -> "LMDMTimeCondition":
         """Rows ``start .. stop-1`` (views, no copy)."""
-        return LMDMTimeCondition(self.modulations[:, :, :, start:stop], self.keys[:, start:stop], self.values[:, start:stop])
+        rows = slice(start, stop)
+        return LMDMTimeCondition(self.modulations[:, :, :, rows], self.keys[:, rows], self.values[:, rows])
 
 
 def _positions(tables: tuple[Tensor, Tensor], start: int, stop: int) -> tuple[Tensor, Tensor]:
@@ -415,7 +420,9 @@ class LMDM(nn.Module):
         modulations = torch.stack([layer.modulations(film) for layer in layers])
         return LMDMTimeCondition(modulations, torch.stack(keys), torch.stack(values))
 
-    def denoise(self, x: Tensor, t: Tensor, condition: LMDMCondition, time: Optional[LMDMTimeCondition] = None) -> Tensor:
+    def denoise(
+        self, x: Tensor, t: Tensor, condition: LMDMCondition, time: Optional[LMDMTimeCondition] = None
+    ) -> Tensor:
         """One raw x0 prediction: x (N, 80, 265), t (N,) int64 -> (N, 80, 265).
 
         ``time`` is :meth:`time_condition` of (t, condition) when the caller precomputed it.

@@ -1,10 +1,15 @@
 """Content-addressed on-disk cache of registered avatars.
 
 An entry is ``<key>.safetensors`` (the tensors) plus ``<key>.json`` (format, version, key,
-shapes, dtypes and the SHA-256 of the tensor file). Both are written to temporary files and
-renamed into place, tensors first, so a reader never sees a half-written entry: the JSON is
-the commit record. Loading verifies the hash and every shape; a damaged entry is reported
-once with a warning, treated as a miss and overwritten by the caller.
+shapes, dtypes, the SHA-256 of the tensor file and its SHA-256 tree hash). Both are written to
+temporary files and renamed into place, tensors first, so a reader never sees a half-written
+entry: the JSON is the commit record. Loading verifies the tree hash and every shape; a
+damaged entry is reported once with a warning, treated as a miss and overwritten by the caller.
+
+Hashing is the main cost of a hit (a still's entry is 8 MiB, its frame 6 MiB), so both the
+key and the entry check use :func:`tree_sha256`: SHA-256 over 1 MiB leaves hashed on several
+threads, then over the leaf digests. It is as tamper-evident as a plain SHA-256 and several
+times faster on a multi-core host.
 
 Source frames are not stored: the key hashes them, and the caller already holds them.
 """
@@ -16,6 +21,7 @@ import os
 import re
 import tempfile
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -30,11 +36,31 @@ CACHE_FORMAT = "ditto-avatar"
 CACHE_VERSION = 1
 _KEY = re.compile(r"^[0-9a-f]{64}$")
 _MOTION_PREFIX = "motion."
+_LEAF = 1 << 20
+_HASH_THREADS = min(8, os.cpu_count() or 1)
+
+
+def tree_sha256(data) -> str:
+    """SHA-256 over the byte length and the SHA-256 digests of consecutive 1 MiB leaves.
+
+    ``hashlib`` releases the GIL on large buffers, so the leaves hash in parallel.
+    """
+    view = memoryview(data).cast("B")
+    leaves = [view[start:start + _LEAF] for start in range(0, len(view), _LEAF)]
+    if len(leaves) > 1 and _HASH_THREADS > 1:
+        with ThreadPoolExecutor(min(_HASH_THREADS, len(leaves))) as pool:
+            digests = list(pool.map(lambda leaf: hashlib.sha256(leaf).digest(), leaves))
+    else:
+        digests = [hashlib.sha256(leaf).digest() for leaf in leaves]
+    root = hashlib.sha256(len(view).to_bytes(8, "little"))
+    for digest in digests:
+        root.update(digest)
+    return root.hexdigest()
 
 
 def cache_key(frames: np.ndarray, settings: Mapping[str, Any], model_identity: str) -> str:
-    """SHA-256 over the frames (bytes, shape, dtype), every result-changing setting (JSON
-    values) and the identity of the model files."""
+    """SHA-256 over the frames (tree hash of the bytes, shape, dtype), every result-changing
+    setting (JSON values) and the identity of the model files."""
     frames = np.ascontiguousarray(frames)
     header = {
         "format": CACHE_FORMAT,
@@ -43,10 +69,9 @@ def cache_key(frames: np.ndarray, settings: Mapping[str, Any], model_identity: s
         "dtype": str(frames.dtype),
         "settings": dict(settings),
         "models": model_identity,
+        "pixels": tree_sha256(frames),
     }
-    digest = hashlib.sha256(json.dumps(header, sort_keys=True).encode())
-    digest.update(memoryview(frames).cast("B"))
-    return digest.hexdigest()
+    return hashlib.sha256(json.dumps(header, sort_keys=True).encode()).hexdigest()
 
 
 class _Damaged(Exception):
@@ -80,8 +105,8 @@ class AvatarCache:
             if meta.get("version") != CACHE_VERSION:
                 return None  # written by another version of the pack: silently replaced
             data = tensor_path.read_bytes()
-            if len(data) != meta["size"] or hashlib.sha256(data).hexdigest() != meta["sha256"]:
-                raise _Damaged("the tensor file does not match its recorded SHA-256 (truncated or modified)")
+            if len(data) != meta["size"] or tree_sha256(data) != meta["tree_sha256"]:
+                raise _Damaged("the tensor file does not match its recorded hash (truncated or modified)")
             tensors = load_bytes(data)
             shapes = {name: list(t.shape) for name, t in tensors.items()}
             if shapes != meta["shapes"]:
@@ -107,7 +132,8 @@ class AvatarCache:
             "format": CACHE_FORMAT,
             "version": CACHE_VERSION,
             "key": key,
-            "sha256": hashlib.sha256(data).hexdigest(),
+            "sha256": hashlib.sha256(data).hexdigest(),  # what `sha256sum` prints, for people and tools
+            "tree_sha256": tree_sha256(data),  # what loading verifies, faster
             "size": len(data),
             "shapes": {name: list(t.shape) for name, t in tensors.items()},
             "dtypes": {name: str(t.dtype).removeprefix("torch.") for name, t in tensors.items()},

@@ -1,0 +1,193 @@
+"""The node pack without ComfyUI: import, schemas, paths, model registry, progress plumbing."""
+from __future__ import annotations
+
+import asyncio
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.comfy_stubs import REPO, load_pack
+
+pack = load_pack()
+
+import comfy.model_management  # noqa: E402  (stand-ins are importable once the pack is loaded)
+import comfy.utils  # noqa: E402
+import folder_paths  # noqa: E402
+from nodes.model_registry import ModelHandle, ModelRegistry  # noqa: E402
+from nodes.paths import (  # noqa: E402
+    aux_folder, model_folder_choices, register_model_folder, resolve_model_folder, safe_filename_prefix,
+)
+from nodes.runtime import comfy_progress, staged_progress, timed_stage  # noqa: E402
+
+NODES = asyncio.run(asyncio.run(pack.comfy_entrypoint()).get_node_list())
+SCHEMAS = {node.GET_SCHEMA().node_id: node.GET_SCHEMA() for node in NODES}
+WIDGETS = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
+
+
+def test_pack_imports_without_comfyui_and_exposes_the_v3_entrypoint():
+    # A fresh interpreter with no stand-ins on the path: importing must not touch ComfyUI.
+    code = (
+        "import importlib.util, sys, inspect\n"
+        f"spec = importlib.util.spec_from_file_location('pack', {str(REPO / '__init__.py')!r}, "
+        f"submodule_search_locations=[{str(REPO)!r}])\n"
+        "m = importlib.util.module_from_spec(spec); sys.modules['pack'] = m; spec.loader.exec_module(m)\n"
+        "assert inspect.iscoroutinefunction(m.comfy_entrypoint)\n"
+        "assert m.WEB_DIRECTORY == './web'\n"
+        "assert not [k for k in sys.modules if k.split('.')[0] in ('comfy', 'comfy_api', 'folder_paths', 'torch')]\n"
+        "assert sys.path.index(" + repr(str(REPO)) + ") > 0  # appended: never shadows ComfyUI's `nodes`\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_entrypoint_returns_an_extension_with_every_node():
+    assert len(NODES) == len(SCHEMAS) == 12
+    assert all(node_id.startswith("Ditto") for node_id in SCHEMAS)
+    assert (REPO / "web" / "ditto.js").is_file()
+
+
+@pytest.mark.parametrize("node_id", sorted(SCHEMAS))
+def test_schema_is_complete(node_id):
+    schema = SCHEMAS[node_id]
+    schema.validate()
+    assert schema.category == "Ditto"
+    assert schema.display_name and schema.description
+    for item in schema.inputs:
+        assert item.tooltip, f"{node_id}.{item.id} has no tooltip"
+        if item.get_io_type() not in WIDGETS:
+            continue
+        default = item.default
+        assert default is not None, f"{node_id}.{item.id} has no default"
+        if item.get_io_type() == "COMBO":
+            assert default in item.options, f"{node_id}.{item.id}: default {default!r} not in {item.options}"
+        if item.get_io_type() in ("INT", "FLOAT"):
+            assert item.min <= default <= item.max, f"{node_id}.{item.id}: default out of range"
+    for output in schema.outputs:
+        assert output.display_name and output.tooltip
+
+
+def test_socket_types_connect_the_stages():
+    produced = {o.io_type for s in SCHEMAS.values() for o in s.outputs}
+    consumed = {i.get_io_type() for s in SCHEMAS.values() for i in s.inputs if i.get_io_type() not in WIDGETS}
+    ditto_types = {t for t in produced | consumed if t.startswith("DITTO_")}
+    assert ditto_types == {"DITTO_MODELS", "DITTO_SOURCE", "DITTO_AUDIO_FEATURES", "DITTO_MOTION_OPTIONS",
+                           "DITTO_MOTION", "DITTO_RENDERS", "DITTO_FRAMES"}
+    assert ditto_types <= produced, "a Ditto type is consumed but no node produces it"
+    assert {"IMAGE", "VIDEO"} <= produced and {"IMAGE", "AUDIO"} <= consumed
+
+
+def test_output_nodes_and_seed_widgets():
+    assert {n for n, s in SCHEMAS.items() if s.is_output_node} == {"DittoSaveVideo", "DittoTalkingHead", "DittoUnloadModels"}
+    for node_id in ("DittoLMDMSampler", "DittoTalkingHead"):
+        seed = next(i for i in SCHEMAS[node_id].inputs if i.id == "seed")
+        assert seed.control_after_generate and seed.max == 2**64 - 1
+    steps = next(i for i in SCHEMAS["DittoLMDMSampler"].inputs if i.id == "steps")
+    assert steps.default == 25
+
+
+@pytest.mark.parametrize("prefix, expected", [
+    ("ditto/clip", "ditto/clip"),
+    ("../../etc/passwd", "etc/passwd"),
+    ("/abs/path/x", "abs/path/x"),
+    ("C:\\Users\\me\\..\\x", "C/Users/me/x"),
+    ("a/./b//c", "a/b/c"),
+    ("  ..  ", "ditto/talking_head"),
+    ('bad<>:"|?*name\x00', "badname"),
+    ("", "ditto/talking_head"),
+])
+def test_filename_prefix_cannot_leave_the_output_folder(prefix, expected):
+    assert safe_filename_prefix(prefix) == expected
+
+
+@pytest.fixture
+def ditto_roots(tmp_path, monkeypatch):
+    """Two registered ``ditto`` roots: the default one (flat) and an extra one (HuggingFace layout)."""
+    monkeypatch.setattr(folder_paths, "models_dir", str(tmp_path / "models"))
+    monkeypatch.setattr(folder_paths, "folder_names_and_paths", {})
+    flat = tmp_path / "models" / "ditto"
+    (flat / "aux_models").mkdir(parents=True)
+    (flat / "decoder.pth").write_bytes(b"x")
+    extra = tmp_path / "extra"
+    (extra / "hf" / "ditto_pytorch" / "models").mkdir(parents=True)
+    (extra / "hf" / "ditto_pytorch" / "aux_models").mkdir()
+    (extra / "hf" / "ditto_pytorch" / "models" / "lmdm_v0.4_hubert.pth").write_bytes(b"x")
+    (extra / "notes.txt").write_text("not a model")
+    register_model_folder()
+    register_model_folder()  # idempotent
+    folder_paths.add_model_folder_path("ditto", str(extra))
+    return flat, extra
+
+
+def test_model_folders_are_listed_and_resolved(ditto_roots):
+    flat, extra = ditto_roots
+    assert folder_paths.get_folder_paths("ditto") == [str(flat), str(extra)]
+    assert model_folder_choices() == [".", "hf/ditto_pytorch/models"]
+    assert resolve_model_folder(".") == flat
+    assert resolve_model_folder("hf/ditto_pytorch/models") == extra / "hf" / "ditto_pytorch" / "models"
+    assert resolve_model_folder("../../hf/ditto_pytorch/models") == extra / "hf" / "ditto_pytorch" / "models"
+    assert aux_folder(flat) == flat / "aux_models"
+    assert aux_folder(extra / "hf" / "ditto_pytorch" / "models") == extra / "hf" / "ditto_pytorch" / "aux_models"
+    assert aux_folder(extra) is None
+
+
+def test_registry_builds_once_per_handle_and_releases():
+    registry = ModelRegistry()
+    calls = []
+    a = ModelHandle("/m", None, "cpu", "fp32")
+    b = ModelHandle("/m", None, "cpu", "bf16")
+    build = lambda tag: (lambda: calls.append(tag) or object())  # noqa: E731
+    first = registry.get(a, "engine", build("a"))
+    assert registry.get(a, "engine", build("a")) is first
+    registry.get(b, "engine", build("b"))
+    assert calls == ["a", "b"]
+    assert registry.release(a) == 1
+    assert registry.get(a, "engine", build("a")) is not first and calls == ["a", "b", "a"]
+    assert registry.release() == 2 and registry.release() == 0
+
+
+def test_unload_node_releases_and_never_caches():
+    unload = next(n for n in NODES if n.GET_SCHEMA().node_id == "DittoUnloadModels")
+    assert unload.fingerprint_inputs(enabled=True) != unload.fingerprint_inputs(enabled=True)
+    out = unload.execute(enabled=False)
+    assert out.ui == {"text": ["released 0 Ditto model set(s)"]}
+
+
+def test_missing_aux_folder_says_where_to_put_the_files():
+    from ditto_core.errors import MissingModelError
+
+    with pytest.raises(MissingModelError, match="aux_models.*digital-avatar/ditto-talkinghead"):
+        ModelHandle("/m", None, "cpu", "fp32").require_aux_dir("Face detection")
+
+
+def test_progress_drives_the_bar_and_honours_interrupts():
+    comfy.utils.UPDATES.clear()
+    progress = comfy_progress(4)
+    progress(1, 4)
+    progress(4, 4)
+    assert comfy.utils.UPDATES == [(1, 4), (4, 4)]
+    comfy.model_management.interrupt_current_processing(True)
+    with pytest.raises(comfy.model_management.InterruptProcessingException):
+        progress(2, 4)
+    progress(3, 4)  # the flag is consumed by the check that raised
+
+
+def test_staged_progress_fills_one_bar_in_order():
+    comfy.utils.UPDATES.clear()
+    stage = staged_progress(3)
+    stage(0)(1, 2)
+    stage(1)(5, 5)
+    stage(2)(0, 0)  # an empty stage must not divide by zero
+    values = [v for v, _ in comfy.utils.UPDATES]
+    assert values == sorted(values) and comfy.utils.UPDATES[1] == (2000, 3000)
+
+
+def test_timed_stage_reports_seconds_and_fps():
+    with timed_stage("Stage") as timer:
+        sum(range(10000))
+    ui = timer.ui(frames=10)["ditto_stats"][0]
+    assert ui["stage"] == "Stage" and ui["frames"] == 10 and ui["seconds"] > 0
+    assert math.isclose(ui["fps"], 10 / timer.seconds, rel_tol=1e-2)
+    assert "fps" not in timer.ui()["ditto_stats"][0]
