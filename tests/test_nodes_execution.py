@@ -29,8 +29,8 @@ from ditto_core.audio.hubert_stub import write_stub_hubert  # noqa: E402
 from ditto_core.errors import InputError, MissingModelError  # noqa: E402
 from ditto_core.motion.motion_options import MotionOptions  # noqa: E402
 from ditto_core.render.rendered_frames import VideoFrames  # noqa: E402
-from nodes.model_registry import REGISTRY  # noqa: E402
-from nodes.paths import register_model_folder  # noqa: E402
+from comfyui_ditto_pack.nodes.model_registry import REGISTRY  # noqa: E402
+from comfyui_ditto_pack.nodes.paths import register_model_folder  # noqa: E402
 
 NODES = {n.GET_SCHEMA().node_id: n for n in asyncio.run(asyncio.run(pack.comfy_entrypoint()).get_node_list())}
 LOAD = dict(model_folder=".", device="cpu", precision="auto", download_missing=False)
@@ -122,10 +122,12 @@ def fast_handle(handle):
 
 
 def test_load_models_reports_missing_files_with_the_download_source(comfy_base, tmp_path):
-    folder_paths.add_model_folder_path("ditto", str(tmp_path), is_default=True)
+    (tmp_path / "partial").mkdir()
+    (tmp_path / "partial" / "decoder.pth").symlink_to(Path(comfy_base / "models" / "ditto" / "decoder.pth"))
+    folder_paths.add_model_folder_path("ditto", str(tmp_path))
     try:
-        with pytest.raises(MissingModelError, match=r"(?s)decoder\.pth.*digital-avatar/ditto-talkinghead"):
-            NODES["DittoLoadModels"].execute(**LOAD)
+        with pytest.raises(MissingModelError, match=r"(?s)appearance_extractor\.pth.*digital-avatar/ditto-talkinghead"):
+            NODES["DittoLoadModels"].execute(**{**LOAD, "model_folder": "partial"})
     finally:
         folder_paths.folder_names_and_paths["ditto"][0].remove(str(tmp_path))
 
@@ -244,7 +246,7 @@ def test_frames_to_image_and_video(frames):
 
 
 def test_frames_to_image_warns_above_the_memory_threshold(monkeypatch, caplog):
-    from nodes import output_nodes
+    from comfyui_ditto_pack.nodes import output_nodes
 
     monkeypatch.setattr(output_nodes, "IMAGE_WARN_BYTES", 1000)
     small = VideoFrames(frames=torch.zeros(2, 16, 16, 3, dtype=torch.uint8))

@@ -16,11 +16,11 @@ pack = load_pack()
 import comfy.model_management  # noqa: E402  (stand-ins are importable once the pack is loaded)
 import comfy.utils  # noqa: E402
 import folder_paths  # noqa: E402
-from nodes.model_registry import ModelHandle, ModelRegistry  # noqa: E402
-from nodes.paths import (  # noqa: E402
+from comfyui_ditto_pack.nodes.model_registry import ModelHandle, ModelRegistry  # noqa: E402
+from comfyui_ditto_pack.nodes.paths import (  # noqa: E402
     aux_folder, model_folder_choices, register_model_folder, resolve_model_folder, safe_filename_prefix,
 )
-from nodes.runtime import comfy_progress, staged_progress, timed_stage  # noqa: E402
+from comfyui_ditto_pack.nodes.runtime import comfy_progress, staged_progress, timed_stage  # noqa: E402
 
 NODES = asyncio.run(asyncio.run(pack.comfy_entrypoint()).get_node_list())
 SCHEMAS = {node.GET_SCHEMA().node_id: node.GET_SCHEMA() for node in NODES}
