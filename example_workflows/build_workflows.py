@@ -84,7 +84,8 @@ def ditto_node_specs() -> dict[str, NodeSpec]:
             Socket(i.id, i.get_io_type(), widget=i.get_io_type() in WIDGET_TYPES, optional=bool(i.optional),
                    control_after_generate=bool(getattr(i, "control_after_generate", False)),
                    options=getattr(i, "options", None), minimum=getattr(i, "min", None), maximum=getattr(i, "max", None))
-            for i in schema.inputs
+            # ComfyUI lists required inputs before optional ones, whatever the schema's order.
+            for i in sorted(schema.inputs, key=lambda i: bool(i.optional))
         )
         outputs = tuple(Socket(o.display_name or o.io_type, o.io_type) for o in schema.outputs)
         specs[schema.node_id] = NodeSpec(inputs, outputs, title=schema.display_name)

@@ -16,34 +16,32 @@ from ditto_core.audio.hubert import HUBERT_ONNX_NAME
 from ditto_core.errors import CheckpointError, MissingModelError
 from ditto_core.models.checkpoints import HF_REPO, NETWORKS, build_network, find_network_file, load_state
 from ditto_core.progress import ProgressCallback, report
-from ditto_core.registration.aux_models import AUX_FILES, find_aux_file
+from ditto_core.registration.aux_models import AUX_FILES
 
 HF_FOLDER = "ditto_pytorch"
 
 
-def missing_files(model_dir: Path) -> dict[str, Path]:
-    """Repository path -> local target of every official file absent from ``model_dir``."""
+def missing_files(model_dir: Path, aux_dir: Path) -> dict[str, Path]:
+    """Repository path -> local target of every official file absent from ``model_dir`` (networks)
+    or ``aux_dir`` (face models and HuBERT)."""
     wanted = {
         f"{HF_FOLDER}/models/{spec.official_file}": model_dir / spec.official_file
         for name, spec in NETWORKS.items()
         if find_network_file(name, model_dir) is None
     }
-    aux_dir = model_dir / "aux_models"
-    for name, file in AUX_FILES.items():
-        if find_aux_file(name, model_dir) is None and find_aux_file(name, aux_dir) is None:
+    for file in (*AUX_FILES.values(), HUBERT_ONNX_NAME):
+        if not (aux_dir / file).is_file():
             wanted[f"{HF_FOLDER}/aux_models/{file}"] = aux_dir / file
-    if not (aux_dir / HUBERT_ONNX_NAME).is_file() and not (model_dir / HUBERT_ONNX_NAME).is_file():
-        wanted[f"{HF_FOLDER}/aux_models/{HUBERT_ONNX_NAME}"] = aux_dir / HUBERT_ONNX_NAME
     return wanted
 
 
-def download_missing(model_dir: Path, progress: Optional[ProgressCallback] = None) -> list[Path]:
-    """Fetch every missing official file into ``model_dir`` (flat, ``aux_models/`` beside).
+def download_missing(model_dir: Path, aux_dir: Path, progress: Optional[ProgressCallback] = None) -> list[Path]:
+    """Fetch every missing official file: networks into ``model_dir``, the rest into ``aux_dir``.
 
     Returns the files written. Raises :class:`MissingModelError` when ``huggingface_hub`` is not
     installed, :class:`CheckpointError` when a downloaded network file does not verify.
     """
-    wanted = missing_files(model_dir)
+    wanted = missing_files(model_dir, aux_dir)
     if not wanted:
         return []
     try:
@@ -59,7 +57,13 @@ def download_missing(model_dir: Path, progress: Optional[ProgressCallback] = Non
     written = []
     try:
         for done, (remote, target) in enumerate(sorted(wanted.items()), start=1):
-            local = Path(hf_hub_download(HF_REPO, remote, local_dir=staging))
+            try:
+                local = Path(hf_hub_download(HF_REPO, remote, local_dir=staging))
+            except Exception as exc:  # network, auth and disk errors of any kind
+                raise MissingModelError(
+                    f"downloading {remote} from HuggingFace {HF_REPO} failed ({type(exc).__name__}: {exc}). Check the "
+                    f"connection and retry, or download it by hand into {target.parent}."
+                ) from exc
             _verify(local)
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(local, target)

@@ -8,7 +8,7 @@ from ditto_core.errors import InputError
 from . import ditto_types as T
 from . import download
 from .model_registry import PRECISIONS, REGISTRY, ModelHandle, device_choices, resolve_device
-from .paths import ROOT_CHOICE, aux_folder, model_folder_choices, resolve_model_folder
+from .paths import ROOT_CHOICE, aux_download_dir, avatar_cache_dir, model_folder_choices, resolve_model_folder
 from .runtime import comfy_progress, timed_stage
 
 
@@ -28,9 +28,9 @@ class LoadDittoModels(io.ComfyNode):
             ),
             inputs=[
                 io.Combo.Input("model_folder", options=model_folder_choices(), default=ROOT_CHOICE,
-                               tooltip="Folder under models/ditto holding the .pth/.safetensors files; '.' is "
-                                       "models/ditto itself (its models/ and ditto_pytorch/models/ subfolders "
-                                       "are searched too)."),
+                               tooltip="Folder under models/ditto with the files: '.' is models/ditto itself. "
+                                       "Networks may sit in it or in models/ or ditto_pytorch/models/ below it, "
+                                       "face models and HuBERT in aux_models/ or ditto_pytorch/aux_models/."),
                 io.Combo.Input("device", options=device_choices(), default="auto",
                                tooltip="Where every Ditto stage runs; 'auto' is the first GPU, else the CPU."),
                 io.Combo.Input("precision", options=["auto", *PRECISIONS], default="auto",
@@ -56,10 +56,9 @@ class LoadDittoModels(io.ComfyNode):
             )
         with timed_stage("Load models", torch_device) as timer:
             if download_missing:
-                download.download_missing(folder, comfy_progress())
-            aux = aux_folder(folder)
-            handle = ModelHandle(str(folder), str(aux) if aux else None, str(torch_device), precision)
-            REGISTRY.models(handle)
+                download.download_missing(folder, aux_download_dir(folder), comfy_progress())
+            handle = ModelHandle(str(folder), str(torch_device), precision, str(avatar_cache_dir()))
+            REGISTRY.pipeline(handle)
         return io.NodeOutput(handle, ui=timer.ui())
 
 
@@ -79,9 +78,9 @@ class UnloadDittoModels(io.ComfyNode):
                 "node reloads them on demand."
             ),
             inputs=[
+                io.Boolean.Input("enabled", default=True, tooltip="Switch off to keep the models loaded."),
                 T.MODELS.Input("models", optional=True,
                                tooltip="Release this model set; leave unconnected to release every Ditto model set."),
-                io.Boolean.Input("enabled", default=True, tooltip="Switch off to keep the models loaded."),
             ],
             outputs=[],
             is_output_node=True,

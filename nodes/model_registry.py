@@ -3,10 +3,11 @@
 ``DITTO_MODELS`` carries a small :class:`ModelHandle` (folder, device, precision), not the
 networks themselves. ComfyUI keeps the last output of every node in its cache; if that output
 were the networks, their VRAM could only be freed by deleting the node. With a handle, the
-networks live in :data:`REGISTRY`, one set per (folder, device, precision), together with what
-is derived from them and worth keeping between runs (compiled warp+decode engines with their
-CUDA graphs, DDIM samplers, HuBERT and face models). ``Unload Ditto Models`` releases them; a
-node that later receives a released handle loads the set again transparently.
+networks live in :data:`REGISTRY` as one ``ditto_core`` :class:`~ditto_core.pipeline.DittoPipeline`
+per (folder, device, precision) -- networks, face models, HuBERT and the DDIM samplers with
+their CUDA graphs -- together with the warp+decode engines the nodes build from it.
+``Unload Ditto Models`` releases them; a node that later receives a released handle loads the
+set again transparently.
 """
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ditto_core.errors import InputError, MissingModelError
-from ditto_core.models.ditto_models import DittoModels, load_ditto_models
+from ditto_core.errors import InputError
+from ditto_core.pipeline import DittoPipeline
 
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -50,9 +51,9 @@ class ModelHandle:
     """What ``DITTO_MODELS`` carries: which model set, where, in which precision."""
 
     model_dir: str
-    aux_dir: Optional[str]  # folder with the ONNX/MediaPipe models (None: not found)
     device: str  # resolved, e.g. "cuda:0" or "cpu"
     precision: str  # key of PRECISIONS
+    cache_dir: Optional[str] = None  # avatar cache root (None: no cache)
 
     @property
     def torch_device(self) -> torch.device:
@@ -62,16 +63,6 @@ class ModelHandle:
     def dtype(self) -> torch.dtype:
         return PRECISIONS[self.precision]
 
-    def require_aux_dir(self, what: str) -> Path:
-        """The aux-model folder, or a MissingModelError saying where ``what`` must go."""
-        if self.aux_dir is None:
-            raise MissingModelError(
-                f"{what} needs the auxiliary models, but no aux_models folder was found next to {self.model_dir}. "
-                f"Download ditto_pytorch/aux_models/ from HuggingFace digital-avatar/ditto-talkinghead into "
-                f"ComfyUI/models/ditto/aux_models/ (or tick download_missing on Load Ditto Models)."
-            )
-        return Path(self.aux_dir)
-
 
 class ModelRegistry:
     """Per-handle store of loaded networks and objects built from them (thread-safe)."""
@@ -80,9 +71,15 @@ class ModelRegistry:
         self._lock = threading.RLock()
         self._entries: dict[ModelHandle, dict[Any, Any]] = {}
 
-    def models(self, handle: ModelHandle) -> DittoModels:
-        """The six networks of ``handle``, loaded on first use."""
-        return self.get(handle, "networks", lambda: load_ditto_models(handle.model_dir, handle.torch_device, handle.dtype))
+    def pipeline(self, handle: ModelHandle) -> DittoPipeline:
+        """The loaded pipeline of ``handle``, built on first use.
+
+        Face-detection models are loaded when present but not required here: the no-detector
+        mode needs none, and Register Avatar asks for them when it detects.
+        """
+        return self.get(handle, "pipeline", lambda: DittoPipeline.from_model_dir(
+            handle.model_dir, handle.torch_device, handle.dtype,
+            cache_dir=Path(handle.cache_dir) if handle.cache_dir else None, detect_face=False))
 
     def get(self, handle: ModelHandle, key: Any, build: Callable[[], Any]) -> Any:
         """The object stored under ``key`` for ``handle``, built by ``build()`` on first use.
@@ -97,7 +94,7 @@ class ModelRegistry:
 
     def is_loaded(self, handle: ModelHandle) -> bool:
         with self._lock:
-            return "networks" in self._entries.get(handle, {})
+            return "pipeline" in self._entries.get(handle, {})
 
     def release(self, handle: Optional[ModelHandle] = None) -> int:
         """Drop ``handle``'s entry (every entry if None) and return freed VRAM to the driver.

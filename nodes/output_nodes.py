@@ -107,8 +107,6 @@ class SaveTalkingHeadVideo(io.ComfyNode):
                         "appears only once complete; a cancelled run leaves nothing behind.",
             inputs=[
                 T.FRAMES.Input("frames", tooltip="From GPU PutBack."),
-                io.Audio.Input("audio", optional=True, tooltip="Speech to mux in (the same AUDIO the features "
-                                                               "came from); silent video when unconnected."),
                 io.String.Input("filename_prefix", default="ditto/talking_head",
                                 tooltip="File name prefix inside the output folder; subfolders allowed, '..' and "
                                         "absolute paths are removed."),
@@ -116,6 +114,8 @@ class SaveTalkingHeadVideo(io.ComfyNode):
                              tooltip="x264 quality: 0 lossless, 18 visually lossless, 23 default, higher is smaller."),
                 io.Combo.Input("preset", options=X264_PRESETS, default="medium",
                                tooltip="x264 speed/size trade-off: faster presets encode quicker, files get larger."),
+                io.Audio.Input("audio", optional=True, tooltip="Speech to mux in (the same AUDIO the features "
+                                                               "came from); silent video when unconnected."),
             ],
             outputs=[],
             is_output_node=True,

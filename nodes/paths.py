@@ -2,20 +2,19 @@
 
 The model folder is registered with ``folder_paths.add_model_folder_path("ditto", ...)``, so
 ``ComfyUI/models/ditto`` works out of the box and ``extra_model_paths.yaml`` can add more
-(a ``ditto:`` entry). A *model folder* is any folder under those roots that holds the six
-official network files, flat or in the HuggingFace layout (``ditto_pytorch/models``);
-auxiliary ONNX models sit in an ``aux_models`` folder next to or above it.
+(a ``ditto:`` entry). A *model folder* is a folder ``ditto_core`` loads from: the networks flat in it
+or in ``models/`` / ``ditto_pytorch/models/`` below it, the face models and HuBERT in
+``aux_models/`` / ``ditto_pytorch/aux_models/``. The dropdown lists every such folder found.
 """
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path, PurePosixPath
-from typing import Optional
 
 import folder_paths
 
-from ditto_core.models.checkpoints import NETWORKS
+from ditto_core.models.checkpoints import NETWORKS, find_network_file
 
 FOLDER_NAME = "ditto"
 ROOT_CHOICE = "."
@@ -36,37 +35,50 @@ def model_roots() -> list[Path]:
 
 
 def model_folder_choices() -> list[str]:
-    """Dropdown entries: ``"."`` plus each subfolder (posix, relative to its root) that holds
-    at least one Ditto network file."""
+    """Dropdown entries: ``"."`` (the ditto folder itself) plus every folder, relative to its
+    root in posix form, whose networks sit in it or in its ``models/`` or ``ditto_pytorch/models/``."""
     folders = {ROOT_CHOICE}
     for name in folder_paths.get_filename_list(FOLDER_NAME):
         path = PurePosixPath(name)
         if path.stem in _NETWORK_STEMS and path.suffix in (".pth", ".safetensors"):
-            folders.add(str(path.parent))
+            folders.add(str(_model_root(path.parent)))
     return sorted(folders)
 
 
 def resolve_model_folder(choice: str) -> Path:
-    """The folder a dropdown entry names: the first root holding it (for ``"."``, the first
-    root with any network file in it, else the first root, so a missing-files message names
-    the folder a user should fill)."""
-    roots = model_roots()
+    """The folder a dropdown entry names: the first root holding it with networks in it (for
+    ``"."``: the first root with any network file), else the first candidate, so that a
+    missing-files message names the folder a user should fill."""
     relative = Path(*[p for p in PurePosixPath(choice).parts if p not in ("", ".", "..", "/")])
-    candidates = [root / relative for root in roots]
+    candidates = [root / relative for root in model_roots()]
     for folder in candidates:
-        if folder.is_dir() and any(_has_network(f) for f in (folder, folder / "models", folder / "ditto_pytorch" / "models")):
+        if any(find_network_file(name, folder) for name in NETWORKS):
             return folder
     existing = [folder for folder in candidates if folder.is_dir()]
     return (existing or candidates)[0]
 
 
-def aux_folder(model_dir: Path) -> Optional[Path]:
-    """The ``aux_models`` folder belonging to a model folder: inside it, beside it (HuggingFace
-    layout ``ditto_pytorch/{models,aux_models}``) or under its ``ditto_pytorch``; None if absent."""
-    for folder in (model_dir / "aux_models", model_dir.parent / "aux_models", model_dir / "ditto_pytorch" / "aux_models"):
-        if folder.is_dir():
-            return folder
-    return None
+def _model_root(folder: PurePosixPath) -> PurePosixPath:
+    """The folder ``ditto_core`` is given for networks found in ``folder`` (strips a trailing
+    ``ditto_pytorch/models`` or ``models``, the layouts it searches below a model folder)."""
+    for tail in (("ditto_pytorch", "models"), ("models",)):
+        if folder.parts[-len(tail):] == tail:
+            return PurePosixPath(*folder.parts[:-len(tail)]) if len(folder.parts) > len(tail) else PurePosixPath(".")
+    return folder
+
+
+def avatar_cache_dir() -> Path:
+    """Avatar cache root: in ComfyUI's user folder, so it survives restarts (unlike temp/)."""
+    return Path(folder_paths.get_user_directory()) / "ditto_avatar_cache"
+
+
+def aux_download_dir(model_dir: Path) -> Path:
+    """Where downloaded face models and HuBERT go: the model folder's existing aux folder, else
+    ``<model_dir>/aux_models``."""
+    from ditto_core.registration.aux_models import aux_candidate_dirs
+
+    existing = [folder for folder in aux_candidate_dirs(model_dir)[1:] if folder.is_dir()]
+    return existing[0] if existing else model_dir / "aux_models"
 
 
 def safe_filename_prefix(prefix: str, default: str = "ditto/talking_head") -> str:
@@ -82,7 +94,3 @@ def safe_filename_prefix(prefix: str, default: str = "ditto/talking_head") -> st
         if part and part != "..":
             parts.append(part)
     return "/".join(parts) or default
-
-
-def _has_network(folder: Path) -> bool:
-    return folder.is_dir() and any((folder / f"{stem}{ext}").is_file() for stem in _NETWORK_STEMS for ext in (".pth", ".safetensors"))

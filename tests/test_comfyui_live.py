@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -156,6 +155,30 @@ def test_every_ditto_node_is_registered(comfy):
                 "DittoFramesToImage", "DittoFramesToVideo", "DittoTalkingHead"}
     assert set(ditto) == expected
     assert "." in info["DittoLoadModels"]["input"]["required"]["model_folder"][1]["options"]
+
+
+def test_workflow_node_specs_match_the_running_comfyui(comfy):
+    """The node descriptions the example builder and the CPU validators use agree with what the
+    server reports, for the core nodes (described by hand) as for Ditto's (read from the stand-ins)."""
+    import importlib.util
+
+    url, _ = comfy
+    spec = importlib.util.spec_from_file_location("build_workflows", REPO_ROOT / "example_workflows" / "build_workflows.py")
+    build = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = build
+    spec.loader.exec_module(build)
+    _, info = _request(f"{url}/object_info")
+    for name, node in build.all_specs().items():
+        real = info[name]
+        declared = {**real["input"]["required"], **real["input"].get("optional", {})}
+        order = real["input_order"]["required"] + real["input_order"].get("optional", [])
+        assert [s.name for s in node.inputs] == order, name
+        for sock in node.inputs:
+            kind = declared[sock.name][0]
+            assert sock.type == ("COMBO" if isinstance(kind, list) else kind), f"{name}.{sock.name}"
+            assert sock.optional == (sock.name in real["input"].get("optional", {})), f"{name}.{sock.name}"
+        assert [o.type for o in node.outputs] == real["output"], name
+        assert [o.name for o in node.outputs] == real["output_name"], name
 
 
 def test_every_api_workflow_runs_and_writes_a_playable_mp4(comfy):

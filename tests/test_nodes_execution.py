@@ -8,12 +8,10 @@ networks of the same interface, swapped into the model registry; everything arou
 from __future__ import annotations
 
 import asyncio
-import os
 from dataclasses import replace
 from pathlib import Path
 
 import av
-import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -50,7 +48,7 @@ def comfy_base(tmp_path_factory, official_ckpt_dir):
     folder_paths.models_dir = str(base / "models")
     folder_paths.folder_names_and_paths.clear()
     folder_paths.set_output_directory(str(base / "output"))
-    folder_paths._user_directory = str(base / "user")
+    folder_paths.set_user_directory(str(base / "user"))
     register_model_folder()
     yield base
     REGISTRY.release()
@@ -270,3 +268,63 @@ def test_unload_releases_the_model_set(handle):
     assert REGISTRY.is_loaded(handle)
     out = NODES["DittoUnloadModels"].execute(enabled=True, models=handle)
     assert out.ui == {"text": ["released 1 Ditto model set(s)"]} and not REGISTRY.is_loaded(handle)
+
+
+@pytest.fixture
+def fake_hub(monkeypatch, official_ckpt_dir):
+    """A stand-in ``huggingface_hub`` serving the seed-0 files (or junk for ``broken`` names)."""
+    import shutil
+    import sys
+    import types
+
+    served, broken = [], set()
+
+    def hf_hub_download(repo_id, filename, local_dir):
+        assert repo_id == "digital-avatar/ditto-talkinghead"
+        served.append(filename)
+        target = Path(local_dir) / filename
+        target.parent.mkdir(parents=True, exist_ok=True)
+        name = Path(filename).name
+        if name in broken:
+            target.write_bytes(b"truncated download")
+        elif name.endswith(".pth"):
+            shutil.copy(Path(official_ckpt_dir) / name, target)
+        else:
+            target.write_bytes(b"aux model bytes")
+        return str(target)
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(hf_hub_download=hf_hub_download))
+    return served, broken
+
+
+def test_download_verifies_and_never_leaves_partial_files(fake_hub, official_ckpt_dir, tmp_path):
+    from comfyui_ditto_pack.nodes.download import download_missing
+
+    served, broken = fake_hub
+    model_dir, aux_dir = tmp_path / "ditto", tmp_path / "ditto" / "aux_models"
+    model_dir.mkdir()
+    for file in Path(official_ckpt_dir).glob("*.pth"):
+        if file.name != "stitch_network.pth":
+            (model_dir / file.name).symlink_to(file)
+    broken.add("stitch_network.pth")
+    with pytest.raises(Exception, match="stitch_network.pth"):
+        download_missing(model_dir, aux_dir)
+    assert not (model_dir / "stitch_network.pth").exists()
+    assert [p.name for p in model_dir.iterdir() if p.name.startswith(".")] == []  # staging removed
+
+    broken.clear()
+    served.clear()
+    written = download_missing(model_dir, aux_dir)
+    assert served == ["ditto_pytorch/models/stitch_network.pth"]  # aux files arrived on the first attempt
+    assert written == [model_dir / "stitch_network.pth"] and (model_dir / "stitch_network.pth").stat().st_size > 0
+    assert download_missing(model_dir, aux_dir) == []
+
+
+def test_download_without_huggingface_hub_lists_what_to_fetch(monkeypatch, tmp_path):
+    import sys
+
+    from comfyui_ditto_pack.nodes.download import download_missing
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import fails
+    with pytest.raises(MissingModelError, match=r"(?s)pip install huggingface_hub.*ditto_pytorch/models/decoder\.pth"):
+        download_missing(tmp_path, tmp_path / "aux_models")

@@ -102,7 +102,8 @@ def test_still_portrait(tmp_path, portrait, extractors):
     crop = cv2.warpAffine(portrait, np.linalg.inv(m)[:2], (512, 512), flags=cv2.INTER_LINEAR)
     expected = cv2.resize(crop, (256, 256), interpolation=cv2.INTER_AREA).astype(np.float32) / 255
     seen = extractors.appearance_extractor.last_input[0].permute(1, 2, 0).numpy()
-    assert np.abs(seen - expected).max() <= 1.01 / 255 and np.abs(seen - expected).mean() < 1e-3
+    levels = np.abs(seen - expected) * 255  # see test_device_warp_matches_opencv for the tolerance
+    assert levels.mean() < 0.05 and (levels > 1.01).mean() < 1e-3 and levels.max() <= 8.01
     assert torch.equal(extractors.motion_extractor.last_input, extractors.appearance_extractor.last_input)
     # ... and their outputs are what the SourceInfo holds.
     assert torch.equal(source.f_s, extractors.appearance_extractor.last_output)

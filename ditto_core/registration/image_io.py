@@ -42,8 +42,8 @@ def to_rgb_uint8(frames: ArrayLike, name: str = "source image") -> Tensor:
     """Any common pixel layout -> ``(N, H, W, 3)`` uint8 RGB tensor on the input's device.
 
     Accepts ``(H, W)``, ``(H, W, C)`` or ``(N, H, W, C)`` channels-last with C = 1 (gray),
-    2 (gray + alpha), 3 (RGB) or 4 (RGBA); dtypes uint8, uint16 (scaled to 8 bits) or float
-    in [0, 1] (ComfyUI IMAGE). Transparent pixels are composited over white: their stored
+    2 (gray + alpha), 3 (RGB) or 4 (RGBA); dtypes uint8, uint16 or int32 (16-bit samples,
+    scaled to 8 bits) or float in [0, 1] (ComfyUI IMAGE). Transparent pixels are composited over white: their stored
     colour is arbitrary (often black) and would otherwise surround the face with a dark halo.
     """
     if isinstance(frames, np.ndarray):

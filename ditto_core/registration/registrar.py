@@ -81,6 +81,8 @@ def register_avatar(
         InputError: unusable pixels or options, no face, ``face_index`` out of range.
     """
     options = (options or RegistrationOptions()).validate()
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     rgb = to_rgb_uint8(frames_rgb, name)
     count, height, width = rgb.shape[:3]

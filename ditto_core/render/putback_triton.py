@@ -17,10 +17,11 @@ from torch import Tensor
 
 from .putback import inverse_affine, paste_bounds
 
-# A 8 x 128 tile covers 384 contiguous bytes per row: full-width coalesced uint8 traffic, and
-# enough pixels per program to amortise the box test and affine loads.
-_BLOCK_H = 8
-_BLOCK_W = 128
+# Flat 2 x 256 tiles (768 contiguous bytes a row) measured fastest on an H200 at 1080p:
+# 21.5 us/frame against 55 for 8 x 128 and 9.7 for a bare frame copy. Short tiles keep
+# register use low, and so occupancy high, for the latency-bound gathers.
+_BLOCK_H = 2
+_BLOCK_W = 256
 _NUM_WARPS = 4
 
 

@@ -1,17 +1,22 @@
 """Compiled Warp+Decode: source features + keypoints -> 512x512 renders, in batches.
 
 The warping network and the SPADE decoder run as one function over a fixed-size batch, so a
-single CUDA graph (``torch.compile(mode="reduce-overhead")``) covers both; the last, shorter
-batch is padded to that size rather than triggering a recompile. Where compilation is not
-available (CPU, no Triton, some Windows installs) the same function runs eagerly, announced
-once.
+single CUDA graph (``torch.compile(mode="reduce-overhead")``) covers both. Every call the
+compiled function sees has the same shapes: the last, shorter batch is padded to the batch
+size, and frames of a multi-frame source are gathered (and padded) outside the graph, so one
+clip compiles once. Where compilation is not available (CPU, no Triton, some Windows installs)
+or fails, the same function runs eagerly, announced once.
+
+Precision is the networks' own: the engine runs them in the dtype of their weights and hands
+them float32 keypoints; the warp network keeps its sampling grids in float32 by itself. No
+autocast: it would push the dense-motion blend (a ``bmm`` of keypoint offsets) to half
+precision, which is exactly what must stay float32.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import warnings
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -19,6 +24,7 @@ from typing import Callable, Iterator, Optional
 import torch
 from torch import Tensor, nn
 
+from ..errors import DittoError, InputError
 from ..motion.motion_sequence import MotionSequence
 from ..progress import ProgressCallback, report
 from ..registration.source_info import SourceInfo
@@ -26,14 +32,19 @@ from .rendered_frames import RenderedFrames
 
 log = logging.getLogger(__name__)
 
-# Peak activation memory of one frame through warp + decode, measured on an H200 (see README,
-# "Performance"); used to size batches from free VRAM.
+# Peak activation memory of one frame through warp + decode at 64x64 features; used to size
+# batches from free VRAM. bench/bench_render.py reports the measured value
+# ("peak_bytes_per_frame") for each precision.
 _BYTES_PER_FRAME = {torch.float32: 620 << 20, torch.float16: 330 << 20, torch.bfloat16: 330 << 20}
 MAX_BATCH = 32
-_announced_eager = False
+# The decoder's output side is this multiple of the feature volume's side (64 -> 512).
+_DECODER_UPSCALE = 8
+# Reasons already logged: each is announced once per process, not once per engine or batch.
+_announced_eager: set[str] = set()
 
 
 def default_compile_cache_dir() -> Path:
+    """Per-user folder for Inductor's compiled graphs and kernels (survives reboots, unlike /tmp)."""
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "comfyui-ditto" / "inductor"
 
 
@@ -56,11 +67,29 @@ def auto_batch_size(device: torch.device, dtype: torch.dtype, fraction: float = 
     return int(max(1, min(MAX_BATCH, fraction * free // _BYTES_PER_FRAME[dtype])))
 
 
+def use_compile_cache(cache_dir: Optional[Path] = None) -> None:
+    """Point Inductor's on-disk caches (FX graphs, AOT graphs, Triton kernels) at a folder.
+
+    With these caches warm, a second process skips code generation and kernel compilation and
+    pays only tracing and graph capture. The setting is process-wide (an environment variable
+    Inductor reads on every compile): an explicit ``cache_dir`` wins, otherwise
+    :func:`default_compile_cache_dir` is used unless the user, or an earlier compile in this
+    process, already chose a folder.
+    """
+    if cache_dir is not None:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(cache_dir).resolve())
+    else:
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(default_compile_cache_dir()))
+
+
 @dataclass
 class EngineStats:
-    compiled: bool
-    batch_size: int
-    reason_eager: str = ""
+    """What the engine decided and measured; surfaced in logs and the benchmark."""
+
+    compiled: bool  # the CUDA-graph path is active
+    batch_size: int  # frames per call now (halved after each out-of-memory retry)
+    reason_eager: str = ""  # why the eager path runs, when it does
+    compile_seconds: Optional[float] = None  # first compiled call: tracing + Inductor (or its cache)
 
 
 class WarpDecodeEngine(nn.Module):
@@ -69,11 +98,12 @@ class WarpDecodeEngine(nn.Module):
     Args:
         warp_network: ``(f_s (B,32,16,64,64), kp_source (B,21,3), kp_driving (B,21,3)) -> (B,256,64,64)``.
         decoder: ``(B,256,64,64) -> (B,3,512,512)`` in [0, 1].
+            Both on one device, in one dtype (float32, float16 or bfloat16): the engine's.
         batch_size: frames per call; 0 picks one from free VRAM.
         compile: ``True`` compiles with CUDA graphs where possible (eager fallback, announced once),
             ``False`` always runs eagerly.
-        cache_dir: where Inductor keeps compiled kernels across processes, so a second launch
-            skips most of the compile time.
+        cache_dir: where Inductor keeps compiled kernels across processes (see
+            :func:`use_compile_cache`); ``None`` uses :func:`default_compile_cache_dir`.
     """
 
     def __init__(
@@ -87,90 +117,178 @@ class WarpDecodeEngine(nn.Module):
         super().__init__()
         self.warp_network = warp_network
         self.decoder = decoder
-        self.device = next(decoder.parameters()).device
-        self.dtype = next(decoder.parameters()).dtype
+        self.device, self.dtype = _common_placement(warp_network, decoder)
+        if batch_size < 0:
+            raise InputError(f"WarpDecodeEngine: batch_size must be >= 0 (0 = automatic), got {batch_size}")
         self.batch_size = batch_size or auto_batch_size(self.device, self.dtype)
         ok, why = compile_available(self.device) if compile else (False, "compile is off")
         self.stats = EngineStats(compiled=ok, batch_size=self.batch_size, reason_eager=why)
-        self._step: Callable[[Tensor, Tensor, Tensor], Tensor] = self._forward
+        self._step: Optional[Callable[[Tensor, Tensor, Tensor], Tensor]] = None
         if ok:
-            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir or default_compile_cache_dir()))
+            use_compile_cache(cache_dir)
             self._step = torch.compile(self._forward, mode="reduce-overhead", dynamic=False)
         elif compile:
             _announce_eager(why)
 
     def _forward(self, f_s: Tensor, kp_source: Tensor, kp_driving: Tensor) -> Tensor:
-        # Autocast keeps the grid arithmetic (grid_sample, softmax) in fp32 when the weights are
-        # half precision: keypoint coordinates need more than fp16/bf16 resolution on a 64^3 grid.
-        with _autocast(self.device, self.dtype):
-            f_s = f_s.expand(kp_driving.shape[0], *f_s.shape[1:])
-            return self.decoder(self.warp_network(f_s, kp_source, kp_driving))
+        """(1 or B, 32, 16, H, W) engine dtype, (B, 21, 3) x2 float32 -> (B, 3, 8H, 8W) engine dtype."""
+        f_s = f_s.expand(kp_driving.shape[0], *f_s.shape[1:])
+        return self.decoder(self.warp_network(f_s, kp_source, kp_driving))
 
     @torch.inference_mode()
     def render_batch(self, f_s: Tensor, kp_source: Tensor, kp_driving: Tensor) -> Tensor:
-        """Render up to ``batch_size`` frames; returns (B,3,512,512) in the engine dtype.
+        """Render ``n <= batch_size`` frames; returns (n, 3, 512, 512) in the engine dtype.
 
-        ``f_s`` is (B,32,16,64,64), or (1,32,16,64,64) for one source frame shared by all B.
+        ``f_s`` is (n, 32, 16, 64, 64), or (1, 32, 16, 64, 64) for one source frame shared by
+        all n; ``kp_source`` and ``kp_driving`` are (n, 21, 3), any float dtype.
         """
         n = kp_driving.shape[0]
-        if n > self.batch_size:
-            raise ValueError(f"batch of {n} frames exceeds the engine batch size {self.batch_size}")
-        if self.stats.compiled and n < self.batch_size:  # one static shape -> one CUDA graph
-            f_s, kp_source, kp_driving = (_pad(x, self.batch_size) if x.shape[0] == n else x
-                                          for x in (f_s, kp_source, kp_driving))
-        out = self._step(f_s.to(self.dtype), kp_source.to(self.dtype), kp_driving.to(self.dtype))
-        # CUDA-graph outputs are overwritten by the next replay: hand out a copy.
-        return out[:n].clone() if self.stats.compiled else out
+        if not 1 <= n <= self.batch_size:
+            raise InputError(f"render_batch: got {n} frames; pass 1 to {self.batch_size} (the engine batch size)")
+        if f_s.shape[0] not in (1, n):
+            raise InputError(
+                f"render_batch: f_s holds {f_s.shape[0]} volumes for {n} frames; pass one per frame or one shared"
+            )
+        return self._render(f_s, kp_source, kp_driving)
 
+    def _render(self, f_s: Tensor, kp_source: Tensor, kp_driving: Tensor, index: Optional[Tensor] = None) -> Tensor:
+        """Render n frames; ``index`` (n,) picks each frame's volume from ``f_s`` (all source frames)."""
+        n = kp_driving.shape[0]
+        # The compiled path always sees batch_size frames: one static shape, one CUDA graph.
+        size = self.batch_size if self.stats.compiled else n
+        if index is not None:
+            f_s = f_s.index_select(0, _pad(index, size))
+        elif f_s.shape[0] > 1:
+            f_s = _pad(f_s, size)
+        args = (f_s.to(self.device, self.dtype), _pad_keypoints(kp_source, size, self.device),
+                _pad_keypoints(kp_driving, size, self.device))
+        if self.stats.compiled:
+            try:
+                # CUDA-graph outputs live in a pool that the next replay overwrites: hand out a copy.
+                return self._run_compiled(args)[:n].clone()
+            except _compile_failures() as error:
+                self._disable_compile(f"compilation failed ({type(error).__name__}: {error})")
+        return self._forward(*args)[:n]
+
+    def _run_compiled(self, args: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+        first = self.stats.compile_seconds is None
+        start = time.perf_counter()
+        # Every call is a new step for CUDA-graph trees: the previous outputs were copied out.
+        torch.compiler.cudagraph_mark_step_begin()
+        out = self._step(*args)
+        if first:
+            if out.is_cuda:
+                torch.cuda.synchronize(out.device)  # once per engine, to time the compile honestly
+            self.stats.compile_seconds = time.perf_counter() - start
+            log.info("Ditto warp+decode compiled in %.1f s (batch %d)", self.stats.compile_seconds, self.batch_size)
+        return out
+
+    @torch.inference_mode()
     def iter_render(
         self, source: SourceInfo, motion: MotionSequence, progress: Optional[ProgressCallback] = None
     ) -> Iterator[tuple[int, Tensor]]:
-        """Yield ``(first_frame_index, renders (b,3,512,512))`` batch by batch, in order."""
+        """Yield ``(first_frame_index, renders (b, 3, 512, 512))`` batch by batch, in order.
+
+        ``progress(done, total)`` is called after each batch has been consumed; raising from it
+        stops rendering. Out of VRAM, the batch size is halved and the batch retried.
+        """
+        _check_motion(source, motion)
         total = len(motion)
-        one_source = len(source) == 1
+        f_s = source.f_s.to(self.device, self.dtype)
+        kp_source = motion.kp_source.to(self.device, torch.float32)
+        kp_driving = motion.kp_driving.to(self.device, torch.float32)
+        index = None if len(source) == 1 else motion.source_index.to(self.device)
         start = 0
         while start < total:
-            stop = min(start + self.batch_size, total)
-            idx = motion.source_index[start:stop]
-            f_s = source.f_s if one_source else source.f_s[idx]
+            rows = slice(start, min(start + self.batch_size, total))
             try:
-                images = self.render_batch(f_s, motion.kp_source[start:stop], motion.kp_driving[start:stop])
-            except torch.cuda.OutOfMemoryError:
+                images = self._render(f_s, kp_source[rows], kp_driving[rows], None if index is None else index[rows])
+            except torch.cuda.OutOfMemoryError as error:
                 if self.batch_size == 1:
-                    raise
+                    raise DittoError(
+                        "Ditto warp+decode ran out of GPU memory rendering a single frame; free VRAM "
+                        "(unload other models) or render in fp16/bf16"
+                    ) from error
+                # The traceback pins the failed batch's tensors: free them outside this block.
+                images = None
+            if images is None:
                 self._shrink_batch()
                 continue
             yield start, images
-            start = stop
-            report(progress, stop, total)
+            start = rows.stop
+            report(progress, start, total)
 
     def render(
         self, source: SourceInfo, motion: MotionSequence, progress: Optional[ProgressCallback] = None
     ) -> RenderedFrames:
         """All frames at once (for the node graph; the CLI streams through :meth:`iter_render`)."""
         chunks = [images for _, images in self.iter_render(source, motion, progress)]
-        images = torch.cat(chunks) if chunks else torch.empty(0, 3, 512, 512, device=self.device, dtype=self.dtype)
+        if chunks:
+            images = torch.cat(chunks)
+        else:
+            h, w = (_DECODER_UPSCALE * s for s in source.f_s.shape[-2:])
+            images = torch.empty(0, 3, h, w, device=self.device, dtype=self.dtype)
         return RenderedFrames(images=images, source_index=motion.source_index, fps=motion.fps)
 
     def _shrink_batch(self) -> None:
         torch.cuda.empty_cache()
         self.batch_size = max(1, self.batch_size // 2)
         self.stats.batch_size = self.batch_size
-        warnings.warn(f"Ditto warp+decode ran out of VRAM; retrying with batch size {self.batch_size}")
+        log.warning("Ditto warp+decode ran out of VRAM; retrying with batch size %d", self.batch_size)
+
+    def _disable_compile(self, why: str) -> None:
+        self.stats.compiled, self.stats.reason_eager, self._step = False, why, None
+        _announce_eager(why)
+
+
+def _common_placement(warp_network: nn.Module, decoder: nn.Module) -> tuple[torch.device, torch.dtype]:
+    """The one (device, dtype) of both networks' weights; an error if they disagree."""
+    placements = {(p.device, p.dtype) for module in (warp_network, decoder) for p in module.parameters()}
+    if len(placements) != 1:
+        found = sorted(f"{device}/{dtype}" for device, dtype in placements) or ["no parameters"]
+        raise InputError(
+            f"WarpDecodeEngine: warp network and decoder must share one device and dtype, found {found}; "
+            "load them together (load_ditto_models) or move both with .to(device, dtype)"
+        )
+    return placements.pop()
+
+
+def _check_motion(source: SourceInfo, motion: MotionSequence) -> None:
+    """Shape checks only: reading ``source_index`` values would stall the GPU."""
+    total = len(motion)
+    for name, tensor in (("kp_source", motion.kp_source), ("source_index", motion.source_index)):
+        if tensor.shape[0] != total:
+            raise InputError(
+                f"MotionSequence: {name} has {tensor.shape[0]} frames but kp_driving has {total}; "
+                "build both from the same motion run"
+            )
+    if source.f_s.dim() != 5:
+        raise InputError(f"SourceInfo: f_s must be (N, 32, 16, H, W), got {tuple(source.f_s.shape)}")
 
 
 def _pad(x: Tensor, size: int) -> Tensor:
+    """Repeat the last row until ``x`` has ``size`` rows (real rows, so padding stays finite)."""
+    if x.shape[0] == size:
+        return x
     return torch.cat([x, x[-1:].expand(size - x.shape[0], *x.shape[1:])])
 
 
-def _autocast(device: torch.device, dtype: torch.dtype):
-    if dtype == torch.float32:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype)
+def _pad_keypoints(kp: Tensor, size: int, device: torch.device) -> Tensor:
+    # Float32 whatever the engine dtype: half precision would move keypoints by up to 1/8 voxel.
+    return _pad(kp.to(device, torch.float32), size)
+
+
+def _compile_failures() -> tuple[type[BaseException], ...]:
+    """Errors that mean "this machine cannot compile" (no C++ compiler, Triton failure, ...).
+
+    Looked up only when an exception is being handled, so eager-only use never imports Dynamo.
+    """
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    return (BackendCompilerFailed,)
 
 
 def _announce_eager(why: str) -> None:
-    global _announced_eager
-    if not _announced_eager:
-        _announced_eager = True
+    if why not in _announced_eager:
+        _announced_eager.add(why)
         log.warning("Ditto warp+decode runs eagerly (no CUDA graphs): %s", why)

@@ -6,11 +6,8 @@ import tempfile
 
 base_path = tempfile.mkdtemp(prefix="comfy_stub_")
 models_dir = os.path.join(base_path, "models")
-supported_pt_extensions = {".ckpt", ".pt", ".pth", ".safetensors", ".bin"}
 folder_names_and_paths: dict[str, tuple[list[str], set[str]]] = {}
 _output_directory = os.path.join(base_path, "output")
-_temp_directory = os.path.join(base_path, "temp")
-_input_directory = os.path.join(base_path, "input")
 _user_directory = os.path.join(base_path, "user")
 
 
@@ -23,12 +20,9 @@ def get_output_directory() -> str:
     return _output_directory
 
 
-def get_temp_directory() -> str:
-    return _temp_directory
-
-
-def get_input_directory() -> str:
-    return _input_directory
+def set_user_directory(path: str) -> None:
+    global _user_directory
+    _user_directory = path
 
 
 def get_user_directory() -> str:
@@ -57,14 +51,6 @@ def get_filename_list(folder_name: str) -> list[str]:
                     continue
                 found.add(os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/"))
     return sorted(found)
-
-
-def get_full_path(folder_name: str, filename: str) -> str | None:
-    for root in folder_names_and_paths.get(folder_name, ([], set()))[0]:
-        path = os.path.join(root, os.path.relpath(os.path.join(os.sep, filename), os.sep))
-        if os.path.isfile(path):
-            return path
-    return None
 
 
 def get_save_image_path(filename_prefix: str, output_dir: str, image_width=0, image_height=0):

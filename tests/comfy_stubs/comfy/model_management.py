@@ -18,18 +18,9 @@ def interrupt_current_processing(value: bool = True) -> None:
         _interrupted = value
 
 
-def processing_interrupted() -> bool:
-    with _lock:
-        return _interrupted
-
-
 def throw_exception_if_processing_interrupted() -> None:
     global _interrupted
     with _lock:
         if _interrupted:
             _interrupted = False
             raise InterruptProcessingException()
-
-
-def soft_empty_cache(force: bool = False) -> None:
-    pass

@@ -1,0 +1,680 @@
+"""Render benchmark: our compiled, batched render path against a stock-equivalent path, side by side.
+
+Cached avatar -> MP4 for 10 s of speech (250 frames at 25 fps) into a 1080x1920 frame, with
+random weights in the official layout (speed does not depend on their values):
+
+* ours: WarpDecodeEngine (compiled CUDA graph, auto batch size; fp16, bf16 and fp32) ->
+  paste_back (Triton) -> VideoWriter (PyAV, encoder thread);
+* stock: the reference's way rebuilt from the same modules: fp32 weights under fp16 autocast,
+  one frame at a time, a NumPy round trip between warp and decode, OpenCV put-back on the CPU,
+  an imageio-style writer (PyAV, one frame at a time on the caller's thread), each stage in
+  its own thread linked by queues as in the reference's offline pipeline.
+
+Also per stage: warp+decode ms/frame at batch 1 and batched, eager and compiled, per
+precision (with its error against strict fp32); put-back ms/frame for OpenCV, PyTorch and
+Triton; compile time cold and from the on-disk cache (a second process). Prints a table next
+to the goals and writes everything as JSON with ``--out``.
+
+    python3 bench/bench_render.py --out $OUT/bench_render.json   # GPU, about 5-7 min on an H200
+    python bench/bench_render.py --quick                          # CPU smoke run: tiny, eager
+
+A time budget (``--budget``) skips the optional measurements (later precisions, batch-1
+compile) that would not fit; skipped items are listed in the JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import math
+import os
+import platform
+import queue
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Optional
+
+import av
+import cv2
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from ditto_core.errors import InputError  # noqa: E402
+from ditto_core.models.ditto_models import random_ditto_models  # noqa: E402
+from ditto_core.models.keypoints import MotionInfo  # noqa: E402
+from ditto_core.motion.motion_sequence import MotionSequence  # noqa: E402
+from ditto_core.registration.source_info import SourceInfo  # noqa: E402
+from ditto_core.render.putback import default_mask, paste_back, paste_back_cv2  # noqa: E402
+from ditto_core.render.warp_decode import WarpDecodeEngine, auto_batch_size, compile_available  # noqa: E402
+from ditto_core.video.writer import VideoWriter  # noqa: E402
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+FPS = 25
+NUM_KP = 21
+# Frames the half-precision error is measured on (against strict fp32, eager).
+ERROR_FRAMES = 4
+# What a compile is assumed to cost before the first one has been measured.
+COMPILE_GUESS_S = 90.0
+PORTRAIT_CANDIDATES = (
+    REPO.parent / "shared" / "data" / "ditto_example" / "portrait.jpg",
+    REPO / "shared" / "data" / "ditto_example" / "portrait.jpg",
+)
+
+# Issue 5's goals on one H200: (comparison, threshold).
+GOALS = {
+    "warp_decode_batched_ms": ("<=", 2.5),
+    "warp_decode_b1_ms": ("<=", 5.0),
+    "putback_ms": ("<=", 0.15),
+    "delivered_fps": (">=", 150.0),
+    "gpu_fps": (">=", 300.0),
+    "first_frame_ms": ("<=", 150.0),
+    "compile_first_s": ("<=", 60.0),
+    "compile_cached_s": ("<=", 10.0),
+}
+
+
+@dataclass
+class Settings:
+    device: torch.device
+    frames: int
+    height: int
+    width: int
+    side: int  # feature volume side; renders are 8 * side
+    batch: int  # 0: the engine's automatic choice
+    precisions: tuple[str, ...]
+    compile: bool
+    reps: int
+    preset: str
+    crf: int
+
+    @property
+    def render_size(self) -> int:
+        return 8 * self.side
+
+
+@dataclass
+class Scene:
+    """A cached avatar (one still frame) and 10 s of motion, on the device."""
+
+    frame: Tensor  # (1, H, W, 3) uint8
+    M_c2o: Tensor  # (1, 3, 3) float32: render pixels -> frame pixels
+    source: SourceInfo
+    motion: MotionSequence
+
+
+class Budget:
+    """Wall-clock allowance for the optional measurements; records what it had to skip."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end = time.perf_counter() + seconds
+        self.skipped: list[str] = []
+        self.compiles: list[float] = []
+
+    @property
+    def compile_estimate(self) -> float:
+        """Seconds the next cold compile will probably take: the longest one so far."""
+        return max(self.compiles, default=COMPILE_GUESS_S)
+
+    def allows(self, what: str, cost_s: float) -> bool:
+        left = self.end - time.perf_counter()
+        if cost_s > left:
+            self.skipped.append(f"{what}: needs ~{cost_s:.0f} s, {max(left, 0):.0f} s of budget left")
+            return False
+        return True
+
+
+# ----------------------------------------------------------------------------------- timing
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_seconds(fn: Callable[[], object], device: torch.device, reps: int, warmup: int = 1) -> float:
+    """Median wall time of ``fn`` with the device synchronised around each call."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        sync(device)
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+@contextlib.contextmanager
+def strict_fp32() -> Iterator[None]:
+    """TF32 off for the fp32 reference renders, restored afterwards (speed runs use defaults)."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def rel_l2(got: Tensor, ref: Tensor) -> float:
+    got, ref = got.double(), ref.double()
+    return ((got - ref).norm() / ref.norm()).item()
+
+
+# ----------------------------------------------------------------------------------- inputs
+
+
+def load_frame(height: int, width: int) -> tuple[np.ndarray, str]:
+    """The example portrait letterboxed into (height, width) RGB, or a synthetic frame."""
+    for path in PORTRAIT_CANDIDATES:
+        image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        if image is not None:
+            side = min(height, width)
+            image = cv2.resize(cv2.cvtColor(image, cv2.COLOR_BGR2RGB), (side, side), interpolation=cv2.INTER_AREA)
+            frame = np.zeros((height, width, 3), np.uint8)
+            top, left = (height - side) // 2, (width - side) // 2
+            frame[top : top + side, left : left + side] = image
+            return frame, str(path)
+    ys, xs = np.mgrid[0:height, 0:width]
+    noise = np.random.default_rng(0).integers(0, 32, (height, width, 3))
+    frame = np.stack([xs * 255 // width, ys * 255 // height, (xs + ys) % 256], -1) + noise
+    return np.clip(frame, 0, 255).astype(np.uint8), "synthetic"
+
+
+def crop_to_frame(render_size: int, height: int, width: int) -> np.ndarray:
+    """(3, 3) affine placing the render as a face crop: 55 % of the frame height, tilted 4 degrees."""
+    centre = (render_size - 1) / 2
+    affine = cv2.getRotationMatrix2D((centre, centre), 4.0, 0.55 * height / render_size)
+    affine[:, 2] += np.array([(width - 1) / 2, (height - 1) / 2]) - centre
+    return np.vstack([affine, [0.0, 0.0, 1.0]]).astype(np.float32)
+
+
+def speech_like_motion(frames: int, device: torch.device, seed: int = 0) -> MotionSequence:
+    """Keypoints near a fixed source pose, each oscillating at 1-4 Hz by a few percent."""
+    g = torch.Generator().manual_seed(seed)
+    base = torch.rand(NUM_KP, 3, generator=g) - 0.5
+    freq = 1 + 3 * torch.rand(NUM_KP, 3, generator=g)
+    phase = 2 * math.pi * torch.rand(NUM_KP, 3, generator=g)
+    t = torch.arange(frames, dtype=torch.float32)[:, None, None] / FPS
+    driving = base + 0.03 * torch.sin(2 * math.pi * freq * t + phase)
+    return MotionSequence(
+        kp_source=base.expand(frames, NUM_KP, 3).contiguous().to(device),
+        kp_driving=driving.to(device),
+        source_index=torch.zeros(frames, dtype=torch.int64, device=device),
+        fps=FPS,
+    )
+
+
+def make_scene(settings: Settings) -> tuple[Scene, str]:
+    frame, origin = load_frame(settings.height, settings.width)
+    device = settings.device
+    f_s = torch.randn(1, 32, 16, settings.side, settings.side, generator=torch.Generator().manual_seed(1))
+    zeros = lambda *shape: torch.zeros(1, *shape, device=device)  # noqa: E731
+    M_c2o = torch.from_numpy(crop_to_frame(settings.render_size, settings.height, settings.width))[None]
+    source = SourceInfo(
+        frames=torch.from_numpy(frame)[None].to(device), M_c2o=M_c2o.to(device), f_s=f_s.to(device),
+        motion=MotionInfo(zeros(1), zeros(66), zeros(66), zeros(66), zeros(3), zeros(63), zeros(63)),
+        eye_open=zeros(2), eye_ball=zeros(6), is_image=True,
+    )
+    scene = Scene(source.frames, source.M_c2o, source, speech_like_motion(settings.frames, device))
+    return scene, origin
+
+
+def render_networks(device: torch.device, dtype: torch.dtype) -> tuple[nn.Module, nn.Module]:
+    """Warp network and decoder with seed-0 random weights (inference rewrites applied)."""
+    models = random_ditto_models("cpu", torch.float32, seed=0)
+    return models.warp_network.to(device, dtype), models.decoder.to(device, dtype)
+
+
+# ----------------------------------------------------------------------------------- stages
+
+
+def bench_putback(scene: Scene, settings: Settings, batch: int) -> dict:
+    """ms per frame: OpenCV (CPU, one frame), PyTorch and Triton (batched, on the device)."""
+    device, size = settings.device, settings.render_size
+    renders = torch.rand(batch, 3, size, size, generator=torch.Generator().manual_seed(2))
+    frame_np, M_np = scene.frame[0].cpu().numpy(), scene.M_c2o[0].cpu().numpy()
+    render_np = np.ascontiguousarray((renders[0] * 255).permute(1, 2, 0).numpy())
+    cpu = torch.device("cpu")
+    result = {"cv2": 1000 * median_seconds(lambda: paste_back_cv2(frame_np, render_np, M_np), cpu, settings.reps)}
+    half = renders.to(device, torch.float16 if device.type == "cuda" else torch.float32)
+    index = torch.zeros(batch, dtype=torch.int64, device=device)
+    out = torch.empty(batch, settings.height, settings.width, 3, dtype=torch.uint8, device=device)
+    for backend in ("torch", "triton"):
+        call = lambda b=backend: paste_back(scene.frame, half, scene.M_c2o, index, out=out, backend=b)  # noqa: E731
+        try:
+            result[backend] = 1000 * median_seconds(call, device, settings.reps) / batch
+        except InputError as error:  # Triton needs CUDA and the triton package
+            result[backend] = f"unavailable: {error}"
+    return result
+
+
+def bench_warp_decode(
+    nets: tuple[nn.Module, nn.Module], dtype: torch.dtype, scene: Scene, settings: Settings, batch: int,
+    reference: Tensor, cache_dir: Path, budget: Budget,
+) -> tuple[dict, WarpDecodeEngine]:
+    """Eager and compiled warp+decode of one precision; returns its numbers and the engine to reuse."""
+    device, motion = settings.device, scene.motion
+    f_s, kp_s, kp_d = scene.source.f_s.to(dtype), motion.kp_source, motion.kp_driving
+    r: dict = {"batch_size": batch}
+
+    def per_frame_ms(engine: WarpDecodeEngine, n: int, reps: int) -> float:
+        return 1000 * median_seconds(lambda: engine.render_batch(f_s, kp_s[:n], kp_d[:n]), device, reps) / n
+
+    eager_b1 = WarpDecodeEngine(*nets, batch_size=1, compile=False)
+    r["eager_b1_ms"] = per_frame_ms(eager_b1, 1, settings.reps)
+    eager = WarpDecodeEngine(*nets, batch_size=batch, compile=False)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        eager.render_batch(f_s, kp_s[:batch], kp_d[:batch])
+        r["peak_bytes_per_frame"] = (torch.cuda.max_memory_allocated(device) - base) // batch
+    r["eager_batched_ms"] = per_frame_ms(eager, batch, max(2, settings.reps // 3))
+    n = min(batch, len(reference))  # frames the error is measured on
+
+    def error(engine: WarpDecodeEngine) -> float:
+        return rel_l2(engine.render_batch(f_s, kp_s[:n], kp_d[:n]), reference[:n])
+
+    r["rel_l2_eager_vs_strict_fp32"] = error(eager)
+    if not settings.compile:
+        return r, eager
+
+    engine, ready_s = compiled_engine(nets, batch, cache_dir, f_s, kp_s, kp_d, device)
+    budget.compiles.append(ready_s)
+    r.update(compile_first_s=engine.stats.compile_seconds, compile_ready_s=ready_s,
+             compiled=engine.stats.compiled, reason_eager=engine.stats.reason_eager)
+    r["compiled_batched_ms"] = per_frame_ms(engine, batch, settings.reps)
+    r["rel_l2_compiled_vs_strict_fp32"] = error(engine)
+    return r, engine
+
+
+def bench_compiled_b1(nets: tuple[nn.Module, nn.Module], dtype: torch.dtype, scene: Scene, settings: Settings,
+                      cache_dir: Path) -> dict:
+    """Warp+decode of a single frame per call through its own CUDA graph (latency, not throughput)."""
+    f_s, motion = scene.source.f_s.to(dtype), scene.motion
+    engine, ready_s = compiled_engine(nets, 1, cache_dir, f_s, motion.kp_source, motion.kp_driving, settings.device)
+    call = lambda: engine.render_batch(f_s, motion.kp_source[:1], motion.kp_driving[:1])  # noqa: E731
+    return {"compiled_b1_ms": 1000 * median_seconds(call, settings.device, settings.reps), "compile_b1_ready_s": ready_s}
+
+
+def compiled_engine(
+    nets: tuple[nn.Module, nn.Module], batch: int, cache_dir: Path, f_s: Tensor, kp_s: Tensor, kp_d: Tensor,
+    device: torch.device,
+) -> tuple[WarpDecodeEngine, float]:
+    """A compiled engine brought to steady state, and the seconds that took.
+
+    Steady state is three calls (compile and warm-up run, CUDA-graph record, first replay):
+    what a user waits before the first fast frame. An engine that fell back to eager needs one.
+    """
+    engine = WarpDecodeEngine(*nets, batch_size=batch, compile=True, cache_dir=cache_dir)
+    sync(device)
+    start = time.perf_counter()
+    engine.render_batch(f_s, kp_s[:batch], kp_d[:batch])
+    for _ in range(2 if engine.stats.compiled else 0):
+        engine.render_batch(f_s, kp_s[:batch], kp_d[:batch])
+    sync(device)
+    return engine, time.perf_counter() - start
+
+
+def reference_renders(nets: tuple[nn.Module, nn.Module], scene: Scene, frames: int) -> Tensor:
+    """Strict-fp32 eager renders of the first frames: the yardstick for every fast path."""
+    motion = scene.motion
+    with strict_fp32():
+        engine = WarpDecodeEngine(*nets, batch_size=frames, compile=False)
+        return engine.render_batch(scene.source.f_s, motion.kp_source[:frames], motion.kp_driving[:frames])
+
+
+def compile_from_cache(precision: str, batch: int, settings: Settings, cache_dir: Path) -> dict:
+    """Bring a compiled engine to steady state in a fresh process sharing the compile cache."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--child-compile", precision, "--batch", str(batch),
+               "--side", str(settings.side), "--device", str(settings.device), "--cache-dir", str(cache_dir)]
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=420,
+                          env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir)})
+    if done.returncode != 0:
+        return {"error": done.stderr[-2000:]}
+    child = json.loads(done.stdout.strip().splitlines()[-1])
+    return {**child, "process_s": time.perf_counter() - start}
+
+
+def child_compile(args: argparse.Namespace) -> None:
+    """``--child-compile``: the second process of :func:`compile_from_cache`; prints one JSON line."""
+    device, dtype = torch.device(args.device), DTYPES[args.child_compile]
+    nets = render_networks(device, dtype)
+    motion = speech_like_motion(args.batch, device)
+    f_s = torch.randn(1, 32, 16, args.side, args.side, device=device, dtype=dtype)
+    engine, ready_s = compiled_engine(nets, args.batch, args.cache_dir, f_s, motion.kp_source, motion.kp_driving,
+                                      device)
+    print(json.dumps({"compile_first_s": engine.stats.compile_seconds, "compile_ready_s": ready_s,
+                      "compiled": engine.stats.compiled}))
+
+
+# ----------------------------------------------------------------------------------- end to end
+
+
+def first_encode_clock(writer: VideoWriter) -> list[float]:
+    """Timestamps the end of the writer's first encode.
+
+    Wraps the per-chunk encode method the encoder thread calls (a private hook: the public API
+    does not expose when a frame leaves the encoder); returns an empty list if it is gone.
+    """
+    stamps: list[float] = []
+    encode = getattr(writer, "_encode_chunk", None)
+    if encode is not None:
+        def timed(frames: np.ndarray) -> None:
+            encode(frames)
+            if not stamps:
+                stamps.append(time.perf_counter())
+
+        writer._encode_chunk = timed
+    return stamps
+
+
+def run_ours(engine: WarpDecodeEngine, scene: Scene, settings: Settings, path: Path) -> dict:
+    """GPU side (render + put-back) and delivered (+ encode to MP4) frames/s, first-frame latency."""
+    device, motion, frames = settings.device, scene.motion, len(scene.motion)
+    out = torch.empty(engine.batch_size, settings.height, settings.width, 3, dtype=torch.uint8, device=device)
+
+    def paste(first: int, renders: Tensor, into: Optional[Tensor] = None) -> Tensor:
+        index = motion.source_index[first : first + renders.shape[0]]
+        return paste_back(scene.frame, renders, scene.M_c2o, index, out=into)
+
+    sync(device)
+    start = time.perf_counter()
+    for first, renders in engine.iter_render(scene.source, motion):
+        paste(first, renders, out[: renders.shape[0]])
+    sync(device)
+    gpu_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    with VideoWriter(path, width=settings.width, height=settings.height, fps=FPS, crf=settings.crf,
+                     preset=settings.preset) as writer:
+        stamps = first_encode_clock(writer)
+        for first, renders in engine.iter_render(scene.source, motion):
+            writer.write(paste(first, renders))
+    delivered_s = time.perf_counter() - start
+    return {
+        "frames": frames,
+        "gpu_fps": frames / gpu_s,
+        "delivered_fps": frames / delivered_s,
+        "first_frame_ms": 1000 * (stamps[0] - start) if stamps else None,
+        "mp4_frames": count_frames(path),
+    }
+
+
+class FrameByFrameWriter:
+    """What imageio's writer amounts to for the stock path: one frame per call, encoded inline."""
+
+    def __init__(self, path: Path, width: int, height: int, crf: int, preset: str) -> None:
+        self.container = av.open(str(path), mode="w")
+        self.stream = self.container.add_stream("libx264", rate=FPS)
+        self.stream.width, self.stream.height, self.stream.pix_fmt = width, height, "yuv420p"
+        self.stream.options = {"crf": str(crf), "preset": preset}
+
+    def write(self, frame_rgb: np.ndarray) -> None:
+        for packet in self.stream.encode(av.VideoFrame.from_ndarray(frame_rgb, format="rgb24")):
+            self.container.mux(packet)
+
+    def close(self) -> None:
+        for packet in self.stream.encode(None):
+            self.container.mux(packet)
+        self.container.close()
+
+
+class StockPath:
+    """The reference's per-frame render, built from our modules (fp32 weights, fp16 autocast)."""
+
+    def __init__(self, nets: tuple[nn.Module, nn.Module], scene: Scene, device: torch.device) -> None:
+        self.warp_network, self.decoder = nets
+        self.device = device
+        self.f_s = scene.source.f_s.float().cpu().numpy()
+        self.kp_source = scene.motion.kp_source.cpu().numpy()
+        self.kp_driving = scene.motion.kp_driving.cpu().numpy()
+        self.frame = scene.frame[0].cpu().numpy()
+        self.M_c2o = scene.M_c2o[0].cpu().numpy()
+        self.mask = default_mask(scene.source.f_s.shape[-1] * 8, torch.device("cpu")).numpy()
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        # The reference autocasts on CUDA only; CPU runs (--quick) stay fp32.
+        return torch.autocast(self.device.type, dtype=torch.float16, enabled=self.device.type == "cuda")
+
+    @torch.no_grad()
+    def warp(self, i: int) -> np.ndarray:
+        with self._autocast():
+            args = (self.f_s, self.kp_source[i : i + 1], self.kp_driving[i : i + 1])
+            feature = self.warp_network(*(torch.from_numpy(a).to(self.device) for a in args))
+        return feature.float().cpu().numpy()
+
+    @torch.no_grad()
+    def decode(self, feature: np.ndarray) -> np.ndarray:
+        with self._autocast():
+            image = self.decoder(torch.from_numpy(feature).to(self.device))
+        return np.transpose(image.float().cpu().numpy()[0], (1, 2, 0)).clip(0, 1) * 255
+
+    def put_back(self, render: np.ndarray) -> np.ndarray:
+        return paste_back_cv2(self.frame, render, self.M_c2o, self.mask)
+
+
+def run_threaded(items: Iterable[object], stages: list[Callable[[object], object]]) -> None:
+    """Each stage in its own thread, linked by bounded queues, as the reference's offline pipeline."""
+    links: list[queue.Queue] = [queue.Queue(maxsize=100) for _ in stages]
+    errors: list[BaseException] = []
+
+    def work(stage: Callable[[object], object], inbox: queue.Queue, outbox: Optional[queue.Queue]) -> None:
+        while (item := inbox.get()) is not None:
+            if errors:
+                continue  # drain so upstream threads never block on a full queue
+            try:
+                result = stage(item)
+            except BaseException as error:  # handed to the caller after the join
+                errors.append(error)
+                continue
+            if outbox is not None:
+                outbox.put(result)
+        if outbox is not None:
+            outbox.put(None)
+
+    threads = [
+        threading.Thread(target=work, args=(stage, links[i], links[i + 1] if i + 1 < len(stages) else None))
+        for i, stage in enumerate(stages)
+    ]
+    for thread in threads:
+        thread.start()
+    for item in items:
+        links[0].put(item)
+    links[0].put(None)
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
+def run_stock(stock: StockPath, settings: Settings, path: Path) -> dict:
+    frames = len(stock.kp_driving)
+    stamps: list[float] = []
+    start = time.perf_counter()
+    writer = FrameByFrameWriter(path, settings.width, settings.height, settings.crf, settings.preset)
+
+    def write(frame: np.ndarray) -> None:
+        writer.write(frame)
+        if not stamps:
+            stamps.append(time.perf_counter())
+
+    run_threaded(range(frames), [stock.warp, stock.decode, stock.put_back, write])
+    writer.close()
+    elapsed = time.perf_counter() - start
+    return {"frames": frames, "delivered_fps": frames / elapsed, "first_frame_ms": 1000 * (stamps[0] - start),
+            "mp4_frames": count_frames(path)}
+
+
+def count_frames(path: Path) -> int:
+    """Frames in the MP4 as its container records them (a check that nothing was dropped)."""
+    with av.open(str(path)) as container:
+        return container.streams.video[0].frames
+
+
+# ----------------------------------------------------------------------------------- report
+
+
+def goal_text(key: str) -> str:
+    op, value = GOALS[key]
+    return f"{op} {value:g}"
+
+
+def meets(key: str, value: object) -> str:
+    if not isinstance(value, (int, float)):
+        return ""
+    op, goal = GOALS[key]
+    return "yes" if (value <= goal if op == "<=" else value >= goal) else "NO"
+
+
+def table_rows(results: dict) -> list[tuple[str, object, object, str]]:
+    """(metric, ours, stock, goal key) rows for the printed table."""
+    rows = []
+    stock = results.get("stock", {})
+    putback = results["putback_ms_per_frame"]
+    rows.append(("put-back ms/frame (Triton | torch)", putback.get("triton"), putback.get("cv2"), "putback_ms"))
+    rows.append(("put-back ms/frame, PyTorch", putback.get("torch"), None, "putback_ms"))
+    for precision, r in results["warp_decode"].items():
+        rows.append((f"warp+decode ms/frame {precision} batch {r['batch_size']} compiled",
+                     r.get("compiled_batched_ms"), None, "warp_decode_batched_ms"))
+        rows.append((f"warp+decode ms/frame {precision} batch {r['batch_size']} eager", r.get("eager_batched_ms"),
+                     None, "warp_decode_batched_ms"))
+        rows.append((f"warp+decode ms/frame {precision} batch 1 compiled", r.get("compiled_b1_ms"),
+                     stock.get("warp_decode_ms") if precision == "fp16" else None, "warp_decode_b1_ms"))
+        rows.append((f"warp+decode ms/frame {precision} batch 1 eager", r.get("eager_b1_ms"), None,
+                     "warp_decode_b1_ms"))
+        rows.append((f"compile s {precision} (first, to steady state)", r.get("compile_ready_s"), None,
+                     "compile_first_s"))
+    cached = results.get("compile_from_cache", {})
+    rows.append(("compile s from cache (second process)", cached.get("compile_ready_s"), None, "compile_cached_s"))
+    for name, r in results["end_to_end"].items():
+        rows.append((f"end to end {name}: delivered frames/s", r.get("delivered_fps"),
+                     stock.get("delivered_fps"), "delivered_fps"))
+        rows.append((f"end to end {name}: GPU-side frames/s", r.get("gpu_fps"), None, "gpu_fps"))
+        rows.append((f"end to end {name}: first encoded frame ms", r.get("first_frame_ms"),
+                     stock.get("first_frame_ms"), "first_frame_ms"))
+    return [row for row in rows if row[1] is not None or row[2] is not None]
+
+
+def print_table(results: dict) -> None:
+    def show(value: object) -> str:
+        return f"{value:.3g}" if isinstance(value, float) else ("-" if value is None else str(value)[:12])
+
+    header = f"{'metric':<52} {'ours':>10} {'stock':>10} {'goal':>9} {'met':>4}"
+    print(header + "\n" + "-" * len(header))
+    for metric, ours, stock, key in table_rows(results):
+        print(f"{metric:<52} {show(ours):>10} {show(stock):>10} {goal_text(key):>9} {meets(key, ours):>4}")
+    for precision, r in results["warp_decode"].items():
+        errors = {k: f"{v:.1e}" for k, v in r.items() if k.startswith("rel_l2")}
+        print(f"{precision}: error vs strict fp32 {errors}; peak bytes/frame {r.get('peak_bytes_per_frame')}")
+    for line in results["skipped"]:
+        print(f"skipped: {line}")
+
+
+# ----------------------------------------------------------------------------------- main
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--quick", action="store_true", help="CPU smoke run: few frames, small sizes, no compile")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--frames", type=int, help="motion frames (default 250 = 10 s at 25 fps)")
+    parser.add_argument("--batch", type=int, default=0, help="engine batch size (0: automatic)")
+    parser.add_argument("--precisions", nargs="+", choices=sorted(DTYPES), help="default fp16 bf16 fp32")
+    parser.add_argument("--preset", default="ultrafast", help="x264 preset of both paths")
+    parser.add_argument("--crf", type=int, default=18)
+    parser.add_argument("--budget", type=float, default=420.0, help="seconds before optional parts are skipped")
+    parser.add_argument("--cache-dir", type=Path, help="Inductor cache (default: a fresh one, so compiles are cold)")
+    parser.add_argument("--child-compile", choices=sorted(DTYPES), help=argparse.SUPPRESS)
+    parser.add_argument("--side", type=int, default=64, help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
+def make_settings(args: argparse.Namespace) -> Settings:
+    device = torch.device(args.device)
+    can_compile = compile_available(device)[0]
+    if args.quick:
+        return Settings(device, args.frames or 4, 180, 320, 32, args.batch or 2, tuple(args.precisions or ["fp32"]),
+                        compile=False, reps=1, preset=args.preset, crf=args.crf)
+    return Settings(device, args.frames or 250, 1080, 1920, 64, args.batch, tuple(args.precisions or DTYPES),
+                    compile=can_compile, reps=10, preset=args.preset, crf=args.crf)
+
+
+def main() -> None:
+    args = parse_args()
+    if args.child_compile:
+        child_compile(args)
+        return
+    began = time.perf_counter()
+    settings = make_settings(args)
+    budget = Budget(args.budget)
+    device = settings.device
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench_render_")))
+        cache_dir = args.cache_dir or workdir / "inductor"
+        scene, origin = make_scene(settings)
+        fp32_nets = render_networks(device, torch.float32)
+        reference = reference_renders(fp32_nets, scene, min(ERROR_FRAMES, settings.batch or ERROR_FRAMES))
+        putback_batch = settings.batch or 32
+        results: dict = {
+            "config": {
+                **{k: v for k, v in asdict(settings).items() if k != "device"}, "device": str(device),
+                "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+                "torch": torch.__version__, "source_frame": origin, "cache_dir": str(cache_dir),
+                "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+                "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+            },
+            "goals": {k: goal_text(k) for k in GOALS},
+            "putback_ms_per_frame": bench_putback(scene, settings, putback_batch),
+            "warp_decode": {},
+            "end_to_end": {},
+        }
+        stock = StockPath(fp32_nets, scene, device)
+        results["stock"] = {
+            "warp_decode_ms": 1000 * median_seconds(lambda: stock.decode(stock.warp(0)), device, settings.reps),
+            **run_stock(stock, settings, workdir / "stock.mp4"),
+        }
+        for i, precision in enumerate(settings.precisions):
+            dtype = DTYPES[precision]
+            if i and settings.compile and not budget.allows(f"{precision} compiled path", budget.compile_estimate + 15):
+                continue
+            nets = fp32_nets if dtype == torch.float32 else render_networks(device, dtype)
+            batch = settings.batch or auto_batch_size(device, dtype)
+            numbers, engine = bench_warp_decode(nets, dtype, scene, settings, batch, reference, cache_dir, budget)
+            results["warp_decode"][precision] = numbers
+            results["end_to_end"][precision] = run_ours(engine, scene, settings, workdir / f"ours_{precision}.mp4")
+            if i == 0 and budget.allows("compile from cache", budget.compile_estimate / 2 + 30):
+                results["compile_from_cache"] = compile_from_cache(precision, batch, settings, cache_dir)
+        first = settings.precisions[0]
+        if settings.compile and budget.allows(f"compiled batch-1 {first}", budget.compile_estimate):
+            dtype = DTYPES[first]
+            nets = fp32_nets if dtype == torch.float32 else render_networks(device, dtype)
+            results["warp_decode"][first].update(bench_compiled_b1(nets, dtype, scene, settings, cache_dir))
+        results["skipped"] = budget.skipped
+        results["elapsed_s"] = time.perf_counter() - began
+
+    print_table(results)
+    text = json.dumps(results, indent=2, default=str)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+        print(f"wrote {args.out}")
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()
