@@ -4,26 +4,26 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from comfy_api.latest import io
+from comfy_api.latest import InputImpl, io
 from torch import Tensor
 
+from ditto_core.errors import InputError
 from ditto_core.motion.motion_options import MotionOptions
 from ditto_core.registration.options import RegistrationOptions
 
 from . import ditto_types as T
 from .audio_nodes import encode_speech
-from .model_registry import ModelHandle
-from .motion_nodes import SEED_MAX, sample_motion
-from .output_nodes import VIDEO_KEY, X264_PRESETS, save_mp4
-from .render_nodes import paste_faces, render_faces
+from .model_registry import REGISTRY, ModelHandle
+from .motion_nodes import SEED_MAX
+from .output_nodes import VIDEO_KEY, X264_PRESETS, audio_for_mux, output_file
 from .runtime import staged_progress, timed_stage
 from .source_nodes import register_source
 
-_STAGES = 6  # register, audio, motion, render, put-back, encode
+_STAGES = 4  # register, audio, motion, render + put-back + encode
 
 
 class DittoTalkingHead(io.ComfyNode):
-    """Portrait + speech -> MP4 in one node (the same stages as the stage nodes, default settings)."""
+    """Portrait + speech -> MP4 in one node: the stage nodes' work with Ditto's default settings."""
 
     @classmethod
     def define_schema(cls) -> io.Schema:
@@ -31,8 +31,9 @@ class DittoTalkingHead(io.ComfyNode):
             node_id="DittoTalkingHead",
             display_name="Ditto Talking Head",
             category=T.CATEGORY,
-            description="Registers the portrait, encodes the speech, samples the motion, renders, pastes back and "
-                        "saves an MP4, with Ditto's default settings. Use the stage nodes for finer control.",
+            description="Registers the portrait, encodes the speech, samples the motion, then renders, pastes back "
+                        "and encodes batch by batch (memory stays flat for long clips). Use the stage nodes for "
+                        "finer control.",
             inputs=[
                 T.MODELS.Input("models", tooltip="From Load Ditto Models."),
                 io.Image.Input("image", tooltip="The portrait (or video frames) to animate."),
@@ -49,7 +50,7 @@ class DittoTalkingHead(io.ComfyNode):
                 T.MOTION_OPTIONS.Input("options", optional=True,
                                        tooltip="From Eye Lock / Motion Options; Ditto's defaults when unconnected."),
             ],
-            outputs=[T.FRAMES.Output(display_name="frames", tooltip="The finished frames, for further nodes.")],
+            outputs=[io.Video.Output(display_name="video", tooltip="The saved MP4, for core video nodes.")],
             is_output_node=True,
         )
 
@@ -57,17 +58,19 @@ class DittoTalkingHead(io.ComfyNode):
     def execute(cls, models: ModelHandle, image: Tensor, audio: dict, steps: int, seed: int, detect_face: bool,
                 filename_prefix: str, crf: int, preset: str,
                 options: Optional[MotionOptions] = None) -> io.NodeOutput:
-        motion_options = replace(options or MotionOptions(), steps=steps, seed=seed)
+        pipeline = REGISTRY.pipeline(models)
         stage = staged_progress(_STAGES)
-        with timed_stage("Talking Head", models.torch_device) as timer:
+        with timed_stage("Talking Head", pipeline.device) as timer:
             source = register_source(models, image, RegistrationOptions(detect_face=detect_face), True, stage(0))
             features = encode_speech(models, audio, stage(1))
-            motion = sample_motion(models, source, features, motion_options, stage(2))
-            renders = render_faces(models, source, motion, 0, True, stage(3))
-            frames = paste_faces(renders, source, "auto", stage(4))
-            del renders  # frees the 512x512 renders before encoding
-            saved = save_mp4(frames, audio, filename_prefix, crf, preset, stage(5))
-        return io.NodeOutput(frames, ui={VIDEO_KEY: [saved], **timer.ui(len(frames))})
+            motion = pipeline.motion(source, features, replace(options or MotionOptions(), steps=steps, seed=seed),
+                                     stage(2))
+            if len(motion) == 0:
+                raise InputError("Ditto Talking Head: the audio yields no video frames; use at least 0.2 s of speech.")
+            path, saved = output_file(filename_prefix, source.frames.shape[2], source.frames.shape[1])
+            pipeline.render_video(source, motion, path, audio=audio_for_mux(audio), crf=crf, preset=preset,
+                                  progress=stage(3))
+        return io.NodeOutput(InputImpl.VideoFromFile(path), ui={VIDEO_KEY: [saved], **timer.ui(len(motion))})
 
 
 NODES = [DittoTalkingHead]

@@ -17,16 +17,11 @@ from .runtime import comfy_progress, timed_stage
 def encode_speech(handle: ModelHandle, audio: dict, progress: Optional[ProgressCallback]) -> AudioFeatures:
     """ComfyUI AUDIO ``{"waveform": (1, C, T) float, "sample_rate": int}`` -> HuBERT features
     on the handle's device."""
-    from ditto_core.audio.hubert import HubertFeatureExtractor
-    from ditto_core.audio.loading import to_mono_16k
-
     if not isinstance(audio, dict) or "waveform" not in audio or "sample_rate" not in audio:
         raise InputError("audio: expected a ComfyUI AUDIO value (a dict with 'waveform' and 'sample_rate'); "
                          "connect a Load Audio node.")
-    speech = to_mono_16k(audio["waveform"], audio["sample_rate"], name="audio input")
-    folder = handle.aux_dir or handle.model_dir
-    extractor = REGISTRY.get(handle, "hubert", lambda: HubertFeatureExtractor.from_model_dir(folder, handle.torch_device))
-    return extractor(speech, progress=progress)
+    return REGISTRY.pipeline(handle).audio_features(audio["waveform"], audio["sample_rate"], name="audio input",
+                                                    progress=progress)
 
 
 class AudioFeaturesNode(io.ComfyNode):

@@ -20,10 +20,8 @@ from typing import Any, Callable, Optional
 import torch
 
 from ditto_core.errors import InputError
+from ditto_core.pipeline import DTYPES as PRECISIONS
 from ditto_core.pipeline import DittoPipeline
-
-PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
 
 def resolve_device(choice: str) -> torch.device:
     """``"auto"`` -> the first CUDA GPU, else the CPU; refuses a CUDA device that is not there."""

@@ -4,13 +4,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-import torch
 from comfy_api.latest import io
 
 from ditto_core.audio.audio_features import AudioFeatures
 from ditto_core.motion.motion_options import EMOTIONS, LMDM_WINDOW, MAX_STEPS, MotionOptions
-from ditto_core.motion.motion_sequence import MotionSequence
-from ditto_core.progress import ProgressCallback
 from ditto_core.registration.source_info import SourceInfo
 
 from . import ditto_types as T
@@ -77,36 +74,12 @@ class MotionOptionsNode(io.ComfyNode):
         return io.NodeOutput(options)
 
 
-def sample_motion(
-    handle: ModelHandle,
-    source: SourceInfo,
-    features: AudioFeatures,
-    options: MotionOptions,
-    progress: Optional[ProgressCallback],
-) -> MotionSequence:
-    """Conditions -> DDIM-sampled LMDM motion (all windows) -> stitched keypoints per frame.
-
-    All randomness comes from one generator seeded with ``options.seed``, so a seed always
-    gives the same motion on the same device.
-    """
-    from ditto_core.motion.conditions import build_conditions, build_kp_condition
-    from ditto_core.motion.lmdm_sampler import DDIMSampler, generate_motion
-    from ditto_core.motion.motion_stitch import stitch_motion
-
-    models = REGISTRY.models(handle)
-    cond = build_conditions(features, source, options, models.cond_dim)
-    sampler = REGISTRY.get(handle, ("ddim", options.steps), lambda: DDIMSampler(models.lmdm, options.steps))
-    generator = torch.Generator(device=cond.device).manual_seed(options.seed)
-    vectors = generate_motion(
-        sampler, build_kp_condition(source)[0], cond,
-        overlap=options.overlap_v2, smoothing=options.smo_k_d, fix_kp_cond=options.fix_kp_cond,
-        generator=generator, progress=progress,
-    )
-    return stitch_motion(vectors, source, models.stitch_network, options)
-
-
 class LMDMSampler(io.ComfyNode):
-    """Ditto's motion diffusion: the head and face motion of every frame, from the speech."""
+    """Ditto's motion diffusion: the head and face motion of every frame, from the speech.
+
+    All randomness comes from one generator seeded with ``seed``: the same seed gives the same
+    motion on the same device.
+    """
 
     @classmethod
     def define_schema(cls) -> io.Schema:
@@ -140,7 +113,7 @@ class LMDMSampler(io.ComfyNode):
                 overlap: int, smoothing: int, options: Optional[MotionOptions] = None) -> io.NodeOutput:
         options = replace(options or MotionOptions(), steps=steps, seed=seed, overlap_v2=overlap, smo_k_d=smoothing)
         with timed_stage("LMDM Sampler", models.torch_device) as timer:
-            motion = sample_motion(models, source, audio_features, options, comfy_progress())
+            motion = REGISTRY.pipeline(models).motion(source, audio_features, options, comfy_progress())
         return io.NodeOutput(motion, ui=timer.ui(len(motion)))
 
 

@@ -14,6 +14,7 @@ from torch import Tensor
 from ditto_core.errors import InputError
 from ditto_core.progress import ProgressCallback, report
 from ditto_core.render.rendered_frames import VideoFrames
+from ditto_core.video.writer import VideoWriter
 
 from . import ditto_types as T
 from .paths import safe_filename_prefix
@@ -47,6 +48,14 @@ def audio_for_mux(audio: Optional[dict]) -> Optional[tuple[Tensor, int]]:
     return waveform.float().cpu(), int(audio["sample_rate"])
 
 
+def output_file(filename_prefix: str, width: int, height: int) -> tuple[str, ui.SavedResult]:
+    """Next free ``<output>/<prefix>_NNNNN_.mp4``: its path and how the UI and /history name it."""
+    folder, stem, counter, subfolder, _ = folder_paths.get_save_image_path(
+        safe_filename_prefix(filename_prefix), folder_paths.get_output_directory(), width, height)
+    name = f"{stem}_{counter:05}_.mp4"
+    return os.path.join(folder, name), ui.SavedResult(name, subfolder, io.FolderType.output)
+
+
 def save_mp4(
     frames: VideoFrames,
     audio: Optional[dict],
@@ -55,24 +64,19 @@ def save_mp4(
     preset: str,
     progress: Optional[ProgressCallback],
 ) -> ui.SavedResult:
-    """Encode ``frames`` (+ audio) to ``<output>/<prefix>_NNNNN_.mp4``; nothing is left on failure
-    or cancel (the writer renames its temporary file only on success)."""
-    from ditto_core.video.writer import VideoWriter
-
+    """Encode ``frames`` (+ audio) to the next free MP4 of ``filename_prefix``; nothing is left
+    on failure or cancel (the writer renames its temporary file only on success)."""
     total, height, width = frames.frames.shape[:3]
     if total == 0:
         raise InputError("Save Talking Head Video: there are no frames to save; check the audio length.")
-    output_dir = folder_paths.get_output_directory()
-    folder, stem, counter, subfolder, _ = folder_paths.get_save_image_path(
-        safe_filename_prefix(filename_prefix), output_dir, width, height)
-    name = f"{stem}_{counter:05}_.mp4"
-    with VideoWriter(os.path.join(folder, name), width=width, height=height, fps=frames.fps, crf=crf,
-                     preset=preset, audio=audio_for_mux(audio)) as writer:
+    path, saved = output_file(filename_prefix, width, height)
+    with VideoWriter(path, width=width, height=height, fps=frames.fps, crf=crf, preset=preset,
+                     audio=audio_for_mux(audio)) as writer:
         for start in range(0, total, ENCODE_CHUNK):
             stop = min(start + ENCODE_CHUNK, total)
             writer.write(frames.frames[start:stop])
             report(progress, stop, total)
-    return ui.SavedResult(name, subfolder, io.FolderType.output)
+    return saved
 
 
 def frames_to_image(frames: VideoFrames, progress: Optional[ProgressCallback] = None) -> Tensor:

@@ -10,7 +10,8 @@ from ditto_core.motion.motion_sequence import MotionSequence
 from ditto_core.progress import ProgressCallback, report
 from ditto_core.registration.source_info import SourceInfo
 from ditto_core.render.rendered_frames import RenderedFrames, VideoFrames
-from ditto_core.render.warp_decode import MAX_BATCH
+from ditto_core.render.putback import paste_back
+from ditto_core.render.warp_decode import MAX_BATCH, WarpDecodeEngine
 
 from . import ditto_types as T
 from .model_registry import REGISTRY, ModelHandle
@@ -33,9 +34,7 @@ def render_faces(
     The engine (with its compiled graphs) is kept per batch size and compile setting, so only
     the first run pays for compilation.
     """
-    from ditto_core.render.warp_decode import WarpDecodeEngine
-
-    models = REGISTRY.models(handle)
+    models = REGISTRY.pipeline(handle).models
     engine = REGISTRY.get(
         handle, ("warp_decode", batch_size, compile),
         lambda: WarpDecodeEngine(models.warp_network, models.decoder, batch_size=batch_size, compile=compile),
@@ -47,8 +46,6 @@ def paste_faces(
     renders: RenderedFrames, source: SourceInfo, backend: str, progress: Optional[ProgressCallback]
 ) -> VideoFrames:
     """Blend every render into its full-resolution source frame: (T, H, W, 3) uint8 on the device."""
-    from ditto_core.render.putback import paste_back
-
     total = len(renders)
     frames = torch.empty((total, *source.frames.shape[1:]), dtype=torch.uint8, device=source.frames.device)
     for start in range(0, total, PUTBACK_CHUNK):

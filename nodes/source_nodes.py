@@ -1,27 +1,20 @@
 """Register Avatar: a portrait (or the frames of a video) -> ``DITTO_SOURCE``."""
 from __future__ import annotations
 
-import os
 from typing import Optional
 
-import folder_paths
 from comfy_api.latest import io
 from torch import Tensor
 
 from ditto_core.progress import ProgressCallback
+from ditto_core.registration.aux_models import AUX_FILES, load_aux_models
 from ditto_core.registration.options import MAX_SOURCE_SIDE, RegistrationOptions
+from ditto_core.registration.registrar import register_avatar
 from ditto_core.registration.source_info import SourceInfo
 
 from . import ditto_types as T
 from .model_registry import REGISTRY, ModelHandle
 from .runtime import comfy_progress, timed_stage
-
-CACHE_SUBFOLDER = "ditto_avatar_cache"
-
-
-def avatar_cache_dir() -> str:
-    """Avatar cache root: in ComfyUI's user folder, so it survives restarts (unlike temp/)."""
-    return os.path.join(folder_paths.get_user_directory(), CACHE_SUBFOLDER)
 
 
 def register_source(
@@ -35,22 +28,16 @@ def register_source(
 
     One frame is a still portrait; several are the frames of a video source.
     """
-    from ditto_core.registration import AUX_FILES, AvatarCache, load_aux_models, register_avatar
-
-    models = REGISTRY.models(handle)
-    required = tuple(AUX_FILES) if options.detect_face else ()
-    aux_dir = handle.require_aux_dir("Face detection") if options.detect_face else (handle.aux_dir or handle.model_dir)
-    aux = REGISTRY.get(handle, ("aux", required), lambda: load_aux_models(aux_dir, handle.torch_device, required))
+    pipeline = REGISTRY.pipeline(handle)
+    aux = pipeline.aux
+    if options.detect_face and any(getattr(aux, name) is None for name in AUX_FILES):
+        # The pipeline loads the face models it finds; detection needs all of them, and this
+        # call names every missing file and where it goes.
+        aux = REGISTRY.get(handle, "aux_for_detection",
+                           lambda: load_aux_models(handle.model_dir, handle.torch_device, required=tuple(AUX_FILES)))
     return register_avatar(
-        image,
-        models,
-        aux,
-        options,
-        device=handle.torch_device,
-        dtype=handle.dtype,
-        cache=AvatarCache(avatar_cache_dir()) if use_cache else None,
-        progress=progress,
-        name="Register Avatar image",
+        image, pipeline.models, aux, options, device=pipeline.device, dtype=pipeline.models.dtype,
+        cache=pipeline.cache if use_cache else None, progress=progress, name="Register Avatar image",
     )
 
 

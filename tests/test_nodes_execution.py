@@ -112,10 +112,13 @@ class TinyDecoder(nn.Module):
 
 @pytest.fixture(scope="module")
 def fast_handle(handle):
-    """The real handle's networks with the tiny warp/decoder, under a handle of its own."""
-    fast = replace(handle, precision="fp32", device="cpu", model_dir=handle.model_dir + "/.")
-    models = REGISTRY.models(handle)
-    REGISTRY.get(fast, "networks", lambda: replace(models, warp_network=TinyWarp().eval(), decoder=TinyDecoder().eval()))
+    """The real handle's pipeline with the tiny warp/decoder, under a handle of its own."""
+    from ditto_core.pipeline import DittoPipeline
+
+    fast = replace(handle, model_dir=handle.model_dir + "/.")
+    real = REGISTRY.pipeline(handle)
+    models = replace(real.models, warp_network=TinyWarp().eval(), decoder=TinyDecoder().eval())
+    REGISTRY.get(fast, "pipeline", lambda: DittoPipeline(models, real.aux, real.hubert, real.cache))
     return fast
 
 
@@ -138,7 +141,7 @@ def test_load_models_refuses_half_precision_on_the_cpu(comfy_base):
 def test_load_models_resolves_folder_device_precision(handle, comfy_base):
     assert handle.device == "cpu" and handle.precision == "fp32"
     assert Path(handle.model_dir) == comfy_base / "models" / "ditto"
-    assert Path(handle.aux_dir) == comfy_base / "models" / "ditto" / "aux_models"
+    assert Path(handle.cache_dir) == comfy_base / "user" / "ditto_avatar_cache"
     assert REGISTRY.is_loaded(handle)
 
 
@@ -253,13 +256,15 @@ def test_frames_to_image_warns_above_the_memory_threshold(monkeypatch, caplog):
     assert "GB of RAM" in caplog.text
 
 
-def test_all_in_one_saves_and_returns_frames(fast_handle, portrait, comfy_base):
+def test_all_in_one_saves_the_video_and_returns_it(fast_handle, portrait, comfy_base):
     comfy.utils.UPDATES.clear()
     out = NODES["DittoTalkingHead"].execute(models=fast_handle, image=portrait, audio=speech(0.2), steps=2, seed=3,
                                            detect_face=False, filename_prefix="aio/clip", crf=23, preset="ultrafast")
-    assert out[0].frames.shape == (5, 256, 256, 3)
-    count, _ = decoded(comfy_base / "output" / out.ui["ditto_video"][0]["subfolder"] / out.ui["ditto_video"][0]["filename"])
-    assert count == 5
+    saved = out.ui["ditto_video"][0]
+    path = comfy_base / "output" / saved["subfolder"] / saved["filename"]
+    assert out[0].get_stream_source() == str(path)
+    count, audio_seconds = decoded(path)
+    assert count == 5 and abs(audio_seconds - 0.2) < 0.05
     values = [v for v, _ in comfy.utils.UPDATES]
     assert values == sorted(values) and comfy.utils.UPDATES[-1][0] == comfy.utils.UPDATES[-1][1]
 

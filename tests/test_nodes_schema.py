@@ -17,7 +17,7 @@ import comfy.utils  # noqa: E402
 import folder_paths  # noqa: E402
 from comfyui_ditto_pack.nodes.model_registry import ModelHandle, ModelRegistry  # noqa: E402
 from comfyui_ditto_pack.nodes.paths import (  # noqa: E402
-    aux_folder, model_folder_choices, register_model_folder, resolve_model_folder, safe_filename_prefix,
+    aux_download_dir, model_folder_choices, register_model_folder, resolve_model_folder, safe_filename_prefix,
 )
 from comfyui_ditto_pack.nodes.runtime import comfy_progress, staged_progress, timed_stage  # noqa: E402
 
@@ -123,20 +123,23 @@ def ditto_roots(tmp_path, monkeypatch):
 def test_model_folders_are_listed_and_resolved(ditto_roots):
     flat, extra = ditto_roots
     assert folder_paths.get_folder_paths("ditto") == [str(flat), str(extra)]
-    assert model_folder_choices() == [".", "hf/ditto_pytorch/models"]
+    # Networks under ditto_pytorch/models/ make their download folder ("hf") the choice: ditto_core
+    # finds both the networks and aux_models/ from there.
+    assert model_folder_choices() == [".", "hf"]
     assert resolve_model_folder(".") == flat
-    assert resolve_model_folder("hf/ditto_pytorch/models") == extra / "hf" / "ditto_pytorch" / "models"
-    assert resolve_model_folder("../../hf/ditto_pytorch/models") == extra / "hf" / "ditto_pytorch" / "models"
-    assert aux_folder(flat) == flat / "aux_models"
-    assert aux_folder(extra / "hf" / "ditto_pytorch" / "models") == extra / "hf" / "ditto_pytorch" / "aux_models"
-    assert aux_folder(extra) is None
+    assert resolve_model_folder("hf") == extra / "hf"
+    assert resolve_model_folder("../../hf") == extra / "hf"
+    assert resolve_model_folder("nowhere") == flat / "nowhere"  # named in the missing-files message
+    assert aux_download_dir(flat) == flat / "aux_models"
+    assert aux_download_dir(extra / "hf") == extra / "hf" / "ditto_pytorch" / "aux_models"
+    assert aux_download_dir(extra) == extra / "aux_models"
 
 
 def test_registry_builds_once_per_handle_and_releases():
     registry = ModelRegistry()
     calls = []
-    a = ModelHandle("/m", None, "cpu", "fp32")
-    b = ModelHandle("/m", None, "cpu", "bf16")
+    a = ModelHandle("/m", "cpu", "fp32")
+    b = ModelHandle("/m", "cpu", "bf16")
     build = lambda tag: (lambda: calls.append(tag) or object())  # noqa: E731
     first = registry.get(a, "engine", build("a"))
     assert registry.get(a, "engine", build("a")) is first
@@ -152,13 +155,6 @@ def test_unload_node_releases_and_never_caches():
     assert unload.fingerprint_inputs(enabled=True) != unload.fingerprint_inputs(enabled=True)
     out = unload.execute(enabled=False)
     assert out.ui == {"text": ["released 0 Ditto model set(s)"]}
-
-
-def test_missing_aux_folder_says_where_to_put_the_files():
-    from ditto_core.errors import MissingModelError
-
-    with pytest.raises(MissingModelError, match="aux_models.*digital-avatar/ditto-talkinghead"):
-        ModelHandle("/m", None, "cpu", "fp32").require_aux_dir("Face detection")
 
 
 def test_progress_drives_the_bar_and_honours_interrupts():

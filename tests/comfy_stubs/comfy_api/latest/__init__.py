@@ -39,8 +39,19 @@ class VideoFromComponents:
         return self._components.images.shape[2], self._components.images.shape[1]
 
 
+class VideoFromFile:
+    """A VIDEO backed by a file on disk."""
+
+    def __init__(self, file: str):
+        self._file = file
+
+    def get_stream_source(self) -> str:
+        return self._file
+
+
 class InputImpl:
     VideoFromComponents = VideoFromComponents
+    VideoFromFile = VideoFromFile
 
 
 class Types:
