@@ -112,14 +112,15 @@ def unfused(warp: nn.Module, decoder: nn.Module, source: SourceInfo, motion: Mot
 @pytest.fixture
 def fake_compile(monkeypatch):
     """Make the CPU engine take its compiled path, with ``torch.compile`` replaced by a recorder
-    of the argument shapes (what would each trigger a CUDA-graph recompile)."""
-    seen: list[tuple[tuple[int, ...], ...]] = []
+    of what Dynamo guards on for each argument: its shape and whether it is an inference tensor
+    (a change in either recompiles the CUDA graph)."""
+    seen: list[tuple[tuple[tuple[int, ...], bool], ...]] = []
 
     def compile_(fn, **kwargs):
         assert kwargs == {"mode": "reduce-overhead", "dynamic": False}
 
         def recorded(*args):
-            seen.append(tuple(tuple(a.shape) for a in args))
+            seen.append(tuple((tuple(a.shape), a.is_inference()) for a in args))
             return fn(*args)
 
         return recorded
@@ -212,9 +213,11 @@ def test_compiled_path_pads_every_call_to_one_static_shape(fake_compile):
         got = engine.render(source, motion).images
         assert got.shape == (5, 3, 32, 32)
         assert rel_l2(got, eager.render(source, motion).images) < 1e-6
-        # Two calls (4 frames + 1 padded to 4), both with the same shapes: no recompile.
+        # Two calls (4 frames + 1 padded to 4), both with the same shapes and tensor kinds (the
+        # motion was made outside inference mode, the padding inside): no recompile.
         f_s_batch = 1 if len(source) == 1 else 4
-        assert fake_compile == [((f_s_batch, 32, 16, 4, 4), (4, NUM_KP, 3), (4, NUM_KP, 3))] * 2
+        signature = (((f_s_batch, 32, 16, 4, 4), True), ((4, NUM_KP, 3), True), ((4, NUM_KP, 3), True))
+        assert fake_compile == [signature] * 2
     assert engine.stats.compile_seconds is not None
 
 

@@ -157,9 +157,15 @@ class WarpDecodeEngine(nn.Module):
         # The compiled path always sees batch_size frames: one static shape, one CUDA graph.
         size = self.batch_size if self.stats.compiled else n
         if index is not None:
-            f_s = f_s.index_select(0, _pad(index, size))
-        elif f_s.shape[0] > 1:
-            f_s = _pad(f_s, size)
+            rows = _pad(index, size)
+        elif f_s.shape[0] == 1:  # one volume shared by every frame: expanded inside the graph
+            rows = torch.zeros(1, dtype=torch.long, device=f_s.device)
+        else:
+            rows = _pad(torch.arange(n, device=f_s.device), size)
+        # Every argument is a fresh tensor made here: a caller's tensor (or a view of it) and one
+        # made under inference mode carry different dispatch keys, and Dynamo would recompile
+        # the graph for each kind it sees.
+        f_s = f_s.index_select(0, rows)
         args = (f_s.to(self.device, self.dtype), _pad_keypoints(kp_source, size, self.device),
                 _pad_keypoints(kp_driving, size, self.device))
         if self.stats.compiled:
@@ -267,9 +273,7 @@ def _check_motion(source: SourceInfo, motion: MotionSequence) -> None:
 
 
 def _pad(x: Tensor, size: int) -> Tensor:
-    """Repeat the last row until ``x`` has ``size`` rows (real rows, so padding stays finite)."""
-    if x.shape[0] == size:
-        return x
+    """A new tensor: ``x`` with its last row repeated up to ``size`` rows (real rows keep padding finite)."""
     return torch.cat([x, x[-1:].expand(size - x.shape[0], *x.shape[1:])])
 
 
