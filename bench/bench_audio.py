@@ -10,43 +10,33 @@ binding, host/device traffic), not HuBERT-large itself. Prints one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_common import emit, wall_times  # noqa: E402
 from ditto_core.audio import HubertFeatureExtractor, load_audio, to_mono_16k  # noqa: E402
 from ditto_core.audio.hubert_stub import write_stub_hubert  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "ditto_example" / "speech_24k_mono.wav"
 
 
-def _timed(fn, repeats: int, sync: bool) -> dict:
+def _timed(fn, repeats: int, device: str) -> dict:
     """Median and min wall time of ``fn()`` over ``repeats`` runs, after one warm-up run."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        if sync:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if sync:
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+    times = wall_times(fn, repeats, device)
     return {"median_s": statistics.median(times), "min_s": min(times)}
 
 
 def _bench_extractor(model: Path, device: str, speech: torch.Tensor, repeats: int) -> dict:
     extractor = HubertFeatureExtractor(model, device=device)
     speech = speech.to(device)
-    result = _timed(lambda: extractor(speech), repeats, sync=device == "cuda")
+    result = _timed(lambda: extractor(speech), repeats, device)
     frames = extractor(speech).num_frames
     windows = len(extractor.window.starts(frames))
     result.update(
@@ -78,9 +68,7 @@ def main() -> None:
     if args.audio.is_file():
         waveform, rate = load_audio(args.audio)
         report["audio"] = {"file": args.audio.name, "sample_rate": rate, "channels": waveform.shape[0]}
-        report["load_and_resample"] = _timed(
-            lambda: to_mono_16k(*load_audio(args.audio)), args.repeats, sync=False
-        )
+        report["load_and_resample"] = _timed(lambda: to_mono_16k(*load_audio(args.audio)), args.repeats, "cpu")
         speech = to_mono_16k(waveform, rate)
     else:
         report["audio"] = {"file": None, "note": "example not found: 15.75 s of synthetic noise"}
@@ -94,10 +82,7 @@ def main() -> None:
             report["extract_cuda"] = _bench_extractor(model, "cuda", speech, args.repeats)
             if report["extract_cuda"]["execution_provider"] != "CUDAExecutionProvider":
                 report["extract_cuda"]["note"] = "no CUDA provider in this onnxruntime: HuBERT ran on the CPU"
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    emit(report, args.out)
 
 
 if __name__ == "__main__":

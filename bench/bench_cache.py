@@ -6,10 +6,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,6 +18,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_common import emit, summary_ms, wall_times  # noqa: E402
 from ditto_core.registration import AvatarCache, RegistrationOptions, register_avatar  # noqa: E402
 from ditto_core.registration.cache import cache_key  # noqa: E402
 
@@ -38,22 +37,8 @@ class _Motion(nn.Module):
         return tuple(x.new_zeros(x.shape[0], w) for w in _MOTION_WIDTHS)
 
 
-def _timed(fn, repeats: int, device: torch.device) -> list[float]:
-    fn()  # warm-up: page cache, allocator, lazy imports
-    out = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        out.append((time.perf_counter() - start) * 1e3)
-    return out
-
-
-def _stats(ms: list[float]) -> dict[str, float]:
-    ms = sorted(ms)
-    return {"median_ms": round(ms[len(ms) // 2], 3), "p90_ms": round(ms[int(len(ms) * 0.9)], 3),
-            "min_ms": round(ms[0], 3)}
+def _timed_ms(fn, repeats: int, device: torch.device) -> dict[str, float]:
+    return summary_ms([1000 * t for t in wall_times(fn, repeats, device)])
 
 
 def main() -> None:
@@ -80,10 +65,10 @@ def main() -> None:
 
         key = register().cache_key
         entry_bytes = cache.paths(key)[0].stat().st_size
-        load_ms = _timed(lambda: cache.load(key, device), args.repeats, device)
+        load = _timed_ms(lambda: cache.load(key, device), args.repeats, device)
         settings = {**options.fingerprint(), "dtype": str(dtype), "is_image": args.frames == 1}
-        hash_ms = _timed(lambda: cache_key(frames, settings, "bench|"), args.repeats, device)
-        hit_ms = _timed(register, args.repeats, device)
+        hashing = _timed_ms(lambda: cache_key(frames, settings, "bench|"), args.repeats, device)
+        hit = _timed_ms(register, args.repeats, device)
 
     result = {
         "benchmark": "avatar_cache_hit",
@@ -92,16 +77,12 @@ def main() -> None:
         "frame_size": args.size,
         "f_s_dtype": args.dtype,
         "entry_mib": round(entry_bytes / 2**20, 2),
-        "load_to_device": _stats(load_ms),
-        "hash_frames": _stats(hash_ms),
-        "register_avatar_hit": _stats(hit_ms),
+        "load_to_device": load,
+        "hash_frames": hashing,
+        "register_avatar_hit": hit,
         "repeats": args.repeats,
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,6 @@ also writes it to a file.
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
 from pathlib import Path
 from typing import Callable
@@ -25,6 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_common import cuda_event_times, emit, summary_ms  # noqa: E402
 from ditto_core.models.checkpoints import load_network  # noqa: E402
 from ditto_core.models.keypoints import MOTION_DIM  # noqa: E402
 from ditto_core.models.lmdm import GUIDANCE_WEIGHT, LMDM, WINDOW  # noqa: E402
@@ -45,17 +44,7 @@ def naive_window(sampler: DDIMSampler, kp: torch.Tensor, aud: torch.Tensor, x: t
 
 
 def time_ms(fn: Callable[[], object], warmup: int, reps: int) -> dict[str, float]:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return {"median_ms": statistics.median(times), "min_ms": min(times), "reps": reps}
+    return summary_ms(cuda_event_times(fn, reps, warmup))
 
 
 def main() -> None:
@@ -128,10 +117,7 @@ def main() -> None:
                     timing = time_ms(lambda: generate_motion(sampler, kp[0], cond, generator=gen), 1, 3)
                     row[f"sequence_{args.frames}_frames_{name}"] = timing
 
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    emit(report, args.out)
 
 
 if __name__ == "__main__":

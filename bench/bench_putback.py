@@ -8,13 +8,10 @@ through ``source_index``. Prints one JSON object (and writes it with ``--out``).
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
-import time
 from pathlib import Path
-from typing import Callable
 
 import cv2
 import numpy as np
@@ -22,6 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_common import cuda_event_times, emit, wall_times  # noqa: E402
 from ditto_core.render.putback import _triton_impl, paste_back, paste_back_cv2  # noqa: E402
 
 HEIGHT, WIDTH, RENDER = 1080, 1920, 512
@@ -32,31 +30,6 @@ def crop_to_frame() -> torch.Tensor:
     affine = cv2.getRotationMatrix2D((255.5, 255.5), 5.0, 1.6)
     affine[:, 2] += np.array([WIDTH / 2, HEIGHT / 2]) - 255.5
     return torch.from_numpy(np.vstack([affine, [0, 0, 1]])).float()
-
-
-def time_cpu(fn: Callable[[], object], iters: int) -> list[float]:
-    fn()
-    times = []
-    for _ in range(iters):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return times
-
-
-def time_cuda(fn: Callable[[], object], iters: int) -> list[float]:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / 1000.0)
-    return times
 
 
 def summary(times: list[float], frames: int) -> dict:
@@ -90,9 +63,9 @@ def main() -> None:
         "torch": torch.__version__,
         "opencv": cv2.__version__,
         "cpu": platform.processor() or platform.machine(),
-        "opencv_cpu": summary(time_cpu(lambda: paste_back_cv2(frame_np, render_np, M_np), args.cpu_iters), 1),
+        "opencv_cpu": summary(wall_times(lambda: paste_back_cv2(frame_np, render_np, M_np), args.cpu_iters), 1),
         "torch_cpu": summary(
-            time_cpu(lambda: paste_back(frame, renders[:4], M_c2o, index[:4], backend="torch"), args.cpu_iters), 4
+            wall_times(lambda: paste_back(frame, renders[:4], M_c2o, index[:4], backend="torch"), args.cpu_iters), 4
         ),
     }
 
@@ -106,16 +79,12 @@ def main() -> None:
                 results["triton_cuda"] = "triton not importable"
                 continue
             call = lambda b=backend: paste_back(frame_d, renders_d, M_d, index_d, out=out, backend=b)  # noqa: E731
-            results[f"{backend}_cuda"] = summary(time_cuda(call, args.iters), args.batch)
+            results[f"{backend}_cuda"] = summary([t / 1000 for t in cuda_event_times(call, args.iters, warmup=3)], args.batch)
         # Bytes the fused kernel must move at least: every output pixel written, the source
         # frame read (cached across the batch), renders read: a bandwidth yardstick.
         results["min_bytes_per_frame"] = HEIGHT * WIDTH * 3 + 3 * RENDER * RENDER * 2
 
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    emit(results, args.out)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ from torch import Tensor, nn
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench_common import emit, sync, wall_times  # noqa: E402
 from ditto_core.errors import InputError  # noqa: E402
 from ditto_core.models.ditto_models import random_ditto_models  # noqa: E402
 from ditto_core.models.keypoints import MotionInfo  # noqa: E402
@@ -139,23 +140,9 @@ class Budget:
 # ----------------------------------------------------------------------------------- timing
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def median_seconds(fn: Callable[[], object], device: torch.device, reps: int, warmup: int = 1) -> float:
     """Median wall time of ``fn`` with the device synchronised around each call."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        sync(device)
-        start = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(wall_times(fn, reps, device, warmup))
 
 
 @contextlib.contextmanager
@@ -710,13 +697,9 @@ def main() -> None:
         results["elapsed_s"] = time.perf_counter() - began
 
     print_table(results)
-    text = json.dumps(results, indent=2, default=str)
+    emit(results, args.out, quiet=args.out is not None)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
         print(f"wrote {args.out}")
-    else:
-        print(text)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,61 @@
+"""Timing and reporting helpers shared by the benchmark scripts (run as ``python bench/<script>.py``)."""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+
+def sync(device: torch.device | str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def wall_times(fn: Callable[[], object], reps: int, device: torch.device | str = "cpu", warmup: int = 1) -> list[float]:
+    """Seconds per call of ``fn``, the device synchronised around each call, after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        sync(device)
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def cuda_event_times(fn: Callable[[], object], reps: int, warmup: int = 1) -> list[float]:
+    """Milliseconds per call of ``fn`` measured with CUDA events (no host clock in the loop)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return times
+
+
+def summary_ms(times_ms: list[float]) -> dict[str, float]:
+    ordered = sorted(times_ms)
+    return {"median_ms": statistics.median(ordered), "p90_ms": ordered[int(len(ordered) * 0.9)],
+            "min_ms": ordered[0], "reps": len(ordered)}
+
+
+def emit(result: dict[str, Any], out: Optional[Path], quiet: bool = False) -> None:
+    """Print the result as JSON and, with ``out``, write it there too."""
+    text = json.dumps(result, indent=2, default=str)
+    if not quiet:
+        print(text)
+    if out is not None:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text + "\n")
