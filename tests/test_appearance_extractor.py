@@ -6,16 +6,13 @@ import torch
 from ditto_core.errors import InputError
 from ditto_core.models.appearance_extractor import AppearanceFeatureExtractor
 from ditto_core.models.checkpoints import load_network
-from tests.parity import rel_l2
+from tests.parity import rel_l2, strict_load
 
 
 @pytest.fixture(scope="module")
 def strict_net(official_ckpt_dir):
     """The official file through a bare strict ``load_state_dict``, BatchNorms unfolded."""
-    net = AppearanceFeatureExtractor()
-    state = torch.load(official_ckpt_dir / "appearance_extractor.pth", map_location="cpu", weights_only=True)
-    net.load_state_dict(state, strict=True)
-    return net.eval()
+    return strict_load(AppearanceFeatureExtractor(), official_ckpt_dir / "appearance_extractor.pth")
 
 
 def test_state_dict_matches_manifest(reference_dir):

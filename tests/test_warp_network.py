@@ -6,16 +6,13 @@ import torch
 from ditto_core.errors import InputError
 from ditto_core.models.checkpoints import load_network
 from ditto_core.models.warp_network import WarpingNetwork
-from tests.parity import rel_l2
+from tests.parity import rel_l2, strict_load
 
 
 @pytest.fixture(scope="module")
 def strict_net(official_ckpt_dir):
     """The official file through a bare strict ``load_state_dict``, BatchNorms unfolded."""
-    net = WarpingNetwork()
-    state = torch.load(official_ckpt_dir / "warp_network.pth", map_location="cpu", weights_only=True)
-    net.load_state_dict(state, strict=True)
-    return net.eval()
+    return strict_load(WarpingNetwork(), official_ckpt_dir / "warp_network.pth")
 
 
 def _keypoints(batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -123,55 +123,86 @@ def read_image(path: Path | str) -> np.ndarray:
     """Decode an image file to ``(1, H, W, C)`` (uint8/uint16, C in 1..4) with EXIF rotation applied.
 
     The size is checked from the header first, so an oversized file is refused undecoded.
+    16-bit colour (48/64-bit PNG) reaches us as 8-bit: Pillow keeps each sample's high byte.
     """
     from PIL import Image, ImageOps
 
     path = Path(path)
-    with Image.open(path) as img:
-        check_frame_size(img.height, img.width, f"image {path.name}")
-        img = ImageOps.exif_transpose(img)
-        if img.mode in ("I;16", "I;16L", "I;16B", "I"):
-            pixels = np.asarray(img).astype(np.int64).clip(0, 65535).astype(np.uint16)
-        elif img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
-            pixels = np.asarray(img.convert("RGBA"))
-        elif img.mode == "L":
-            pixels = np.asarray(img)
-        else:
-            pixels = np.asarray(img.convert("RGB"))
+    try:
+        with Image.open(path) as img:
+            check_frame_size(img.height, img.width, f"image {path.name}")
+            img = ImageOps.exif_transpose(img)
+            if img.mode in ("I;16", "I;16L", "I;16B", "I"):
+                pixels = np.asarray(img).astype(np.int64).clip(0, 65535).astype(np.uint16)
+            elif img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
+                pixels = np.asarray(img.convert("RGBA"))
+            elif img.mode == "L":
+                pixels = np.asarray(img)
+            else:
+                pixels = np.asarray(img.convert("RGB"))
+    except InputError:
+        raise
+    except (OSError, SyntaxError, ValueError) as exc:  # what Pillow raises for damaged data
+        raise InputError(f"image {path.name} could not be decoded ({exc}): the file is damaged or truncated. "
+                         f"Open and re-save it (PNG or JPEG), or export it again.") from exc
     return pixels.reshape(1, *pixels.shape[:2], -1)
 
 
 def read_video(path: Path | str, max_frames: Optional[int] = None) -> np.ndarray:
-    """Decode a video file's first video stream to ``(N, H, W, 3)`` uint8 RGB with PyAV."""
+    """Decode a video file's first video stream to ``(N, H, W, 3)`` uint8 RGB with PyAV.
+
+    Frames are decoded into one array sized from the container's frame count, so a long video
+    needs its decoded size in memory once, not twice (a list of frames plus their stack).
+    """
     import av
 
     path = Path(path)
+    unreadable = (f"{path.name} could not be opened as an image or a video{{}}. "
+                  f"Use a JPEG/PNG/WebP image or an MP4/MOV/WebM video.")
     try:
         container = av.open(str(path))
     except av.error.FFmpegError as exc:
-        raise InputError(f"{path.name} could not be opened as an image or a video ({exc}). "
-                         f"Use a JPEG/PNG/WebP image or an MP4/MOV/WebM video.") from exc
+        raise InputError(unreadable.format(f" ({exc})")) from exc
     with container:
         if not container.streams.video:
             raise InputError(f"{path.name} has no video stream. Use an image or a video file.")
         stream = container.streams.video[0]
-        check_frame_size(stream.codec_context.height, stream.codec_context.width, f"video {path.name}")
+        height, width = stream.codec_context.height, stream.codec_context.width
+        if height * width == 0:  # FFmpeg probes many non-video files as a dimensionless "video"
+            raise InputError(unreadable.format(""))
+        check_frame_size(height, width, f"video {path.name}")
         stream.thread_type = "AUTO"
-        frames = []
-        for frame in container.decode(stream):
-            if max_frames is not None and len(frames) >= max_frames:
-                break
-            frames.append(frame.to_ndarray(format="rgb24"))
-    if not frames:
+        expected = stream.frames if max_frames is None else min(stream.frames, max_frames)
+        frames = np.empty((expected, height, width, 3), dtype=np.uint8)
+        extra = []  # frames beyond the container's count, which is only an estimate for some formats
+        count = 0
+        try:
+            for frame in container.decode(stream):
+                if max_frames is not None and count >= max_frames:
+                    break
+                image = frame.to_ndarray(format="rgb24")
+                if image.shape != (height, width, 3):
+                    raise InputError(f"video {path.name} changes frame size mid-stream ({width}x{height} to "
+                                     f"{image.shape[1]}x{image.shape[0]}). Re-encode it at one size.")
+                if count < expected:
+                    frames[count] = image
+                else:
+                    extra.append(image)
+                count += 1
+        except av.error.FFmpegError as exc:
+            raise InputError(f"video {path.name} is damaged: decoding failed after {count} frame(s) ({exc}). "
+                             f"Re-encode it (e.g. H.264 MP4).") from exc
+    if count == 0:
         raise InputError(f"video {path.name} contains no decodable frames. Re-encode it (e.g. H.264 MP4).")
-    return np.stack(frames)
+    return np.concatenate([frames, np.stack(extra)]) if extra else frames[:count]
 
 
 def load_source(path: Path | str, max_frames: Optional[int] = None) -> tuple[np.ndarray, bool]:
     """Read an image or a video file: ``(frames (N, H, W, C), is_image)``.
 
     Still images (anything Pillow identifies that has a single frame) take the image path;
-    everything else, including animated GIF/WebP, is decoded as a video.
+    everything else, including animated GIF/WebP, is decoded as a video. A video of a single
+    frame counts as a still, as one IMAGE frame does in ComfyUI: the portrait is animated.
     """
     from PIL import Image, UnidentifiedImageError
 
@@ -185,4 +216,5 @@ def load_source(path: Path | str, max_frames: Optional[int] = None) -> tuple[np.
         still = False
     if still:
         return read_image(path), True
-    return read_video(path, max_frames), False
+    frames = read_video(path, max_frames)
+    return frames, len(frames) == 1

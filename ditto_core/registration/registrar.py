@@ -31,6 +31,8 @@ from .source_info import SourceInfo
 CROP_SIZE = 512
 MIN_FACE_SIZE = 128
 """Faces smaller than this (pixels, detection box) are upscaled so much that renders turn soft."""
+CUT_FACE_FRACTION = 0.05
+"""A face with more than this share of its landmarks outside the frame counts as cut by the border."""
 _MOTION_OUTPUTS = ("pitch", "yaw", "roll", "t", "exp", "scale", "kp")  # the motion extractor's output order
 
 
@@ -153,6 +155,7 @@ def _crop_transforms(
             guide = aux.landmark106(frame, select_face(aux.face_detector(frame), options.face_index, name))
         guide = landmarks[i] = aux.landmark203(frame, guide)
         report(progress, i + 1, steps)
+    _warn_if_cut(landmarks, height, width, name)
     return crop_transform(landmarks, CROP_SIZE, options.crop_scale, options.crop_vx_ratio, options.crop_vy_ratio,
                           options.crop_flag_do_rot)
 
@@ -189,6 +192,21 @@ def _warn_small_face(name: str, size: float) -> None:
         UserWarning,
         stacklevel=4,
     )
+
+
+def _warn_if_cut(landmarks: np.ndarray, height: int, width: int, name: str) -> None:
+    """Warn when a face reaches past the frame: the crop samples black there, which the model
+    renders as a dark smear along that edge."""
+    outside = ((landmarks < 0) | (landmarks > (width - 1, height - 1))).any(-1).mean(-1)  # (N,) share per frame
+    worst = float(outside.max())
+    if worst > CUT_FACE_FRACTION:
+        warnings.warn(
+            f"The face in {name} is cut by the image border ({worst:.0%} of its landmarks lie outside the picture): "
+            f"the missing part is filled with black, so expect artefacts along that edge. Use a picture that shows "
+            f"the whole head with some margin.",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 def _extract(
