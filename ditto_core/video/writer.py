@@ -56,8 +56,9 @@ class VideoWriter:
         fps: frame rate (fractional rates such as 29.97 are stored as 30000/1001).
         crf: x264 constant rate factor, 0 (lossless) to 51; 18 is visually lossless.
         preset: x264 preset, ``"ultrafast"`` ... ``"veryslow"``.
-        audio: ``(waveform, sample_rate)`` with a float waveform of shape (C, T) or (T,), C in
-            {1, 2}, in [-1, 1]; muxed as AAC, cut or padded with silence to the video length.
+        audio: ``(waveform, sample_rate)`` with a float waveform of shape (C, T) or (T,) in
+            [-1, 1]; muxed as AAC, cut or padded with silence to the video length. More than two
+            channels are mixed down to mono (the mix the lip motion was computed from).
         queue_frames: frames buffered on the host between producer and encoder; bounds host
             memory at about ``queue_frames * width * height * 3`` bytes.
     """
@@ -310,11 +311,13 @@ def _prepare_audio(audio: Tuple[Waveform, int]) -> Tuple[np.ndarray, int]:
     waveform = np.asarray(waveform, dtype=np.float32)
     if waveform.ndim == 1:
         waveform = waveform[None]
-    if waveform.ndim != 2 or waveform.shape[0] not in _LAYOUTS or waveform.shape[1] == 0:
+    if waveform.ndim != 2 or waveform.shape[0] == 0 or waveform.shape[1] == 0:
         raise InputError(
-            f"VideoWriter: audio waveform must be (channels, samples) with 1 or 2 channels, got "
-            f"{waveform.shape}; down-mix it first"
+            f"VideoWriter: audio waveform must be (channels, samples) with at least one sample, got "
+            f"{waveform.shape}"
         )
+    if waveform.shape[0] not in _LAYOUTS:  # e.g. 5.1: AAC is muxed as mono or stereo here
+        waveform = waveform.mean(axis=0, keepdims=True)
     if not np.isfinite(waveform).all():
         raise InputError("VideoWriter: audio waveform contains NaN or infinity")
     if not (isinstance(rate, (int, np.integer)) and rate > 0):
