@@ -10,12 +10,13 @@ from torch import Tensor
 from ditto_core.errors import InputError
 from ditto_core.motion.motion_options import MotionOptions
 from ditto_core.registration.options import RegistrationOptions
+from ditto_core.video.writer import X264_PRESETS, check_encoder_options
 
 from . import ditto_types as T
 from .audio_nodes import encode_speech
 from .model_registry import REGISTRY, ModelHandle
 from .motion_nodes import SEED_MAX
-from .output_nodes import VIDEO_KEY, X264_PRESETS, audio_for_mux, output_file
+from .output_nodes import VIDEO_KEY, audio_for_mux, output_file
 from .runtime import staged_progress, timed_stage
 from .source_nodes import register_source
 
@@ -46,7 +47,7 @@ class DittoTalkingHead(io.ComfyNode):
                 io.String.Input("filename_prefix", default="ditto/talking_head",
                                 tooltip="File name prefix inside the output folder."),
                 io.Int.Input("crf", default=18, min=0, max=51, tooltip="x264 quality: lower is better and larger."),
-                io.Combo.Input("preset", options=X264_PRESETS, default="medium", tooltip="x264 speed/size trade-off."),
+                io.Combo.Input("preset", options=list(X264_PRESETS), default="medium", tooltip="x264 speed/size trade-off."),
                 T.MOTION_OPTIONS.Input("options", optional=True,
                                        tooltip="From Eye Lock / Motion Options; Ditto's defaults when unconnected."),
             ],
@@ -58,13 +59,15 @@ class DittoTalkingHead(io.ComfyNode):
     def execute(cls, models: ModelHandle, image: Tensor, audio: dict, steps: int, seed: int, detect_face: bool,
                 filename_prefix: str, crf: int, preset: str,
                 options: Optional[MotionOptions] = None) -> io.NodeOutput:
+        # Settings first: a bad one must fail now, not after registration, audio and motion.
+        check_encoder_options(crf, preset)
+        motion_options = replace(options or MotionOptions(), steps=steps, seed=seed)
         pipeline = REGISTRY.pipeline(models)
         stage = staged_progress(_STAGES)
         with timed_stage("Talking Head", pipeline.device) as timer:
             source = register_source(models, image, RegistrationOptions(detect_face=detect_face), True, stage(0))
             features = encode_speech(models, audio, stage(1))
-            motion = pipeline.motion(source, features, replace(options or MotionOptions(), steps=steps, seed=seed),
-                                     stage(2))
+            motion = pipeline.motion(source, features, motion_options, stage(2))
             if len(motion) == 0:
                 raise InputError("Ditto Talking Head: the audio yields no video frames; use at least 0.2 s of speech.")
             path, saved = output_file(filename_prefix, source.frames.shape[2], source.frames.shape[1])

@@ -1,14 +1,19 @@
 """Optional download of the official files with ``huggingface_hub`` (only if it is installed).
 
-Each file is fetched into a staging folder inside the model folder, verified (network files
-are loaded strictly into their modules, other files must be non-empty), then moved into place
-with an atomic rename. An interrupted or failed download leaves no partial file behind.
+Each file is fetched into a staging folder inside the model folder, checked against the size
+and SHA-256 the Hub reports, verified by kind (network files are loaded strictly into their
+modules, ONNX graphs are parsed by onnxruntime, the MediaPipe bundle's zip checksums are
+checked), then moved into place with an atomic rename. An interrupted or failed download
+leaves no partial file behind.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Optional
 
@@ -19,6 +24,7 @@ from ditto_core.progress import ProgressCallback, report
 from ditto_core.registration.aux_models import AUX_FILES
 
 HF_FOLDER = "ditto_pytorch"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def missing_files(model_dir: Path, aux_dir: Path) -> dict[str, Path]:
@@ -39,13 +45,13 @@ def download_missing(model_dir: Path, aux_dir: Path, progress: Optional[Progress
     """Fetch every missing official file: networks into ``model_dir``, the rest into ``aux_dir``.
 
     Returns the files written. Raises :class:`MissingModelError` when ``huggingface_hub`` is not
-    installed, :class:`CheckpointError` when a downloaded network file does not verify.
+    installed or a download fails, :class:`CheckpointError` when a downloaded file does not verify.
     """
     wanted = missing_files(model_dir, aux_dir)
     if not wanted:
         return []
     try:
-        from huggingface_hub import hf_hub_download
+        from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
     except ImportError:
         raise MissingModelError(
             f"download_missing needs the huggingface_hub package (pip install huggingface_hub). Or download "
@@ -58,12 +64,14 @@ def download_missing(model_dir: Path, aux_dir: Path, progress: Optional[Progress
     try:
         for done, (remote, target) in enumerate(sorted(wanted.items()), start=1):
             try:
+                expected = get_hf_file_metadata(hf_hub_url(HF_REPO, remote))
                 local = Path(hf_hub_download(HF_REPO, remote, local_dir=staging))
             except Exception as exc:  # network, auth and disk errors of any kind
                 raise MissingModelError(
                     f"downloading {remote} from HuggingFace {HF_REPO} failed ({type(exc).__name__}: {exc}). Check the "
                     f"connection and retry, or download it by hand into {target.parent}."
                 ) from exc
+            _verify_size_and_hash(local, expected.size, expected.etag)
             _verify(local)
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(local, target)
@@ -74,9 +82,58 @@ def download_missing(model_dir: Path, aux_dir: Path, progress: Optional[Progress
     return written
 
 
+def _verify_size_and_hash(path: Path, size: Optional[int], etag: Optional[str]) -> None:
+    """Compare with what the Hub reports: the size, and the SHA-256 (a large file's ETag is its SHA-256)."""
+    actual = path.stat().st_size
+    if size is not None and actual != size:
+        raise CheckpointError(f"the download of {path.name} from {HF_REPO} has {actual} bytes, the Hub lists "
+                              f"{size}; it was discarded, try again.")
+    if etag and _SHA256.fullmatch(etag):
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                digest.update(block)
+        if digest.hexdigest() != etag:
+            raise CheckpointError(f"the download of {path.name} from {HF_REPO} does not match the Hub's SHA-256 "
+                                  f"(corrupted in transit); it was discarded, try again.")
+
+
 def _verify(path: Path) -> None:
+    """Refuse a download that is not a whole, readable file of its kind, before it is moved into place."""
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"the download of {path.name} from {HF_REPO} is empty; try again later.")
     network = next((name for name, spec in NETWORKS.items() if spec.official_file == path.name), None)
     if network is not None:
         build_network(network, load_state(network, path), path)
-    elif path.stat().st_size == 0:
-        raise CheckpointError(f"the download of {path.name} from {HF_REPO} is empty; try again later.")
+    elif path.suffix == ".onnx":
+        _verify_onnx(path)
+    elif path.suffix == ".task":
+        _verify_bundle(path)
+
+
+def _verify_onnx(path: Path) -> None:
+    # Parsing the graph catches a truncated or foreign file; a size check alone would not.
+    import onnxruntime as ort
+
+    try:
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own untyped errors
+        raise CheckpointError(
+            f"the download of {path.name} from {HF_REPO} is not a readable ONNX model ({type(exc).__name__}); "
+            f"it was discarded, try again."
+        ) from exc
+
+
+def _verify_bundle(path: Path) -> None:
+    # MediaPipe's .task is a zip bundle: every member's CRC must check out.
+    try:
+        with zipfile.ZipFile(path) as bundle:
+            damaged = bundle.testzip()
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise CheckpointError(
+            f"the download of {path.name} from {HF_REPO} is not a MediaPipe task bundle ({exc}); "
+            f"it was discarded, try again."
+        ) from exc
+    if damaged is not None:
+        raise CheckpointError(f"the download of {path.name} from {HF_REPO} is damaged (member {damaged}); "
+                              f"it was discarded, try again.")

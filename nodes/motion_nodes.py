@@ -7,7 +7,7 @@ from typing import Optional
 from comfy_api.latest import io
 
 from ditto_core.audio.audio_features import AudioFeatures
-from ditto_core.motion.motion_options import EMOTIONS, LMDM_WINDOW, MAX_STEPS, MotionOptions
+from ditto_core.motion.motion_options import EMOTIONS, LMDM_WINDOW, MAX_POSE_OFFSET, MAX_STEPS, MotionOptions
 from ditto_core.registration.source_info import SourceInfo
 
 from . import ditto_types as T
@@ -24,7 +24,7 @@ class MotionOptionsNode(io.ComfyNode):
 
     @classmethod
     def define_schema(cls) -> io.Schema:
-        angle = dict(default=0.0, min=-60.0, max=60.0, step=0.5)
+        angle = dict(default=0.0, min=-MAX_POSE_OFFSET, max=MAX_POSE_OFFSET, step=0.5)
         return io.Schema(
             node_id="DittoMotionOptions",
             display_name="Eye Lock / Motion Options",

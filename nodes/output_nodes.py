@@ -14,7 +14,7 @@ from torch import Tensor
 from ditto_core.errors import InputError
 from ditto_core.progress import ProgressCallback, report
 from ditto_core.render.rendered_frames import VideoFrames
-from ditto_core.video.writer import VideoWriter
+from ditto_core.video.writer import X264_PRESETS, VideoWriter
 
 from . import ditto_types as T
 from .paths import safe_filename_prefix
@@ -22,7 +22,6 @@ from .runtime import comfy_progress, timed_stage
 
 log = logging.getLogger(__name__)
 
-X264_PRESETS = ["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"]
 VIDEO_KEY = "ditto_video"
 """UI-output key of the saved MP4 (``{filename, subfolder, type}``, as ComfyUI's /view expects)."""
 ENCODE_CHUNK = 32
@@ -116,7 +115,7 @@ class SaveTalkingHeadVideo(io.ComfyNode):
                                         "absolute paths are removed."),
                 io.Int.Input("crf", default=18, min=0, max=51,
                              tooltip="x264 quality: 0 lossless, 18 visually lossless, 23 default, higher is smaller."),
-                io.Combo.Input("preset", options=X264_PRESETS, default="medium",
+                io.Combo.Input("preset", options=list(X264_PRESETS), default="medium",
                                tooltip="x264 speed/size trade-off: faster presets encode quicker, files get larger."),
                 io.Audio.Input("audio", optional=True, tooltip="Speech to mux in (the same AUDIO the features "
                                                                "came from); silent video when unconnected."),

@@ -86,7 +86,7 @@ class RegisterAvatar(io.ComfyNode):
                 video_smoothing: int) -> io.NodeOutput:
         options = RegistrationOptions(
             crop_scale=crop_scale, crop_vx_ratio=crop_vx_ratio, crop_vy_ratio=crop_vy_ratio,
-            smo_k_s=video_smoothing, max_size=max_size, face_index=None if face_index < 0 else face_index,
+            smo_k_s=video_smoothing, max_size=max_size, face_index=None if face_index == -1 else face_index,
             detect_face=detect_face,
         )
         with timed_stage("Register Avatar", models.torch_device) as timer:

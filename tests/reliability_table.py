@@ -1,29 +1,33 @@
 """The README's Reliability table, generated from the tests that prove it.
 
-Every hardening test carries ``@pytest.mark.reliability(area=..., case=..., behaviour=...)``.
-This module finds those markers by parsing the test files (no test module is imported, so it
-runs in well under a second and cannot be broken by a test's import-time side effects) and
-renders them as a Markdown table::
+Every hardening test carries ``@pytest.mark.reliability(area=..., case=..., behaviour=...)``
+(directly or through a small helper returning that marker). This module asks pytest itself
+which collected tests carry it -- collection only, nothing runs -- and renders them as a
+Markdown table, one row per case (parametrised cases with their own markers get a row each)::
 
     python -m tests.reliability_table            # print the table
     python -m tests.reliability_table --write    # rewrite the README block in place
     python -m tests.reliability_table --check    # exit 1 when the README block is stale
+    python -m tests.reliability_table --json     # the rows, for tests/test_reliability_table.py
 
-Only the text between ``<!-- reliability:start -->`` and ``<!-- reliability:end -->`` is
-ever touched.
+Only files that mention the marker are collected, so a run takes a few seconds. Only the
+text between ``<!-- reliability:start -->`` and ``<!-- reliability:end -->`` is ever touched.
 """
 from __future__ import annotations
 
 import argparse
-import ast
+import contextlib
+import io
+import json
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 TESTS_DIR = Path(__file__).resolve().parent
 README = TESTS_DIR.parent / "README.md"
 START, END = "<!-- reliability:start -->", "<!-- reliability:end -->"
+MARKER = "reliability"
 FIELDS = ("area", "case", "behaviour")
 AREA_ORDER = ("Images", "Audio", "Models", "Options", "Safety", "Soak and faults")
 """Areas in the order of issue 7; any other area follows, alphabetically."""
@@ -36,78 +40,88 @@ class MarkerError(ValueError):
 
 @dataclass(frozen=True)
 class Row:
-    """One marked test: what it covers and where it lives."""
+    """One marked test function: what it covers and where it lives."""
 
     area: str
     case: str
     behaviour: str
-    file: str  # relative to the repository root, posix form
-    test: str  # function name, ``Class::method`` inside a class
+    test: str  # pytest node id without parameters, e.g. ``tests/test_x.py::test_y``
     line: int
 
     @property
-    def node_id(self) -> str:
-        return f"{self.file}::{self.test}"
+    def file(self) -> str:
+        return self.test.split("::")[0]
 
 
-def _is_reliability_marker(node: ast.expr) -> bool:
-    """``pytest.mark.reliability(...)`` or ``mark.reliability(...)``."""
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "reliability" and isinstance(node.func.value, ast.Attribute)
-            and node.func.value.attr == "mark")
-
-
-def _marker_fields(call: ast.Call, where: str) -> dict[str, str]:
-    if call.args:
-        raise MarkerError(f"{where}: pass the reliability marker's fields by keyword ({', '.join(FIELDS)})")
-    fields = {}
-    for keyword in call.keywords:
-        if keyword.arg not in FIELDS:
-            raise MarkerError(f"{where}: unknown reliability field {keyword.arg!r}; use {', '.join(FIELDS)}")
-        if not (isinstance(keyword.value, ast.Constant) and isinstance(keyword.value.value, str)):
-            raise MarkerError(f"{where}: reliability field {keyword.arg!r} must be a string literal "
-                              "(the table is built without importing the tests)")
-        fields[keyword.arg] = " ".join(keyword.value.value.split())
-    missing = [name for name in FIELDS if not fields.get(name)]
+def make_row(args: tuple, kwargs: Mapping[str, Any], test: str, line: int) -> Row:
+    """A row from one marker's arguments; :class:`MarkerError` names the test when they are unusable."""
+    if args:
+        raise MarkerError(f"{test}: pass the reliability marker's fields by keyword ({', '.join(FIELDS)})")
+    unknown = sorted(set(kwargs) - set(FIELDS))
+    if unknown:
+        raise MarkerError(f"{test}: unknown reliability field(s) {unknown}; use {', '.join(FIELDS)}")
+    missing = [name for name in FIELDS if not (isinstance(kwargs.get(name), str) and kwargs[name].strip())]
     if missing:
-        raise MarkerError(f"{where}: reliability marker lacks {', '.join(missing)}")
-    return fields
+        raise MarkerError(f"{test}: reliability marker lacks a text for {', '.join(missing)}")
+    # One table line per test whatever the source formatting.
+    return Row(**{name: " ".join(kwargs[name].split()) for name in FIELDS}, test=test, line=line)
 
 
-def _tests(body: Iterable[ast.stmt], prefix: str = "") -> Iterator[tuple[str, ast.FunctionDef]]:
-    """``(name, function)`` of every test function, recursing into ``Test*`` classes."""
-    for node in body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
-            yield prefix + node.name, node
-        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-            yield from _tests(node.body, f"{prefix}{node.name}::")
+class _Collector:
+    """pytest plugin: records the reliability marker of every collected test function."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str, str], Row] = {}
+        self.errors: list[str] = []
+
+    def pytest_collection_modifyitems(self, items) -> None:
+        for item in items:
+            marks = list(item.iter_markers(MARKER))
+            if not marks:
+                continue
+            test = item.nodeid.split("[")[0]
+            if len(marks) > 1:
+                self.errors.append(f"{test}: one reliability marker per test (split the test instead)")
+                continue
+            try:
+                row = make_row(marks[0].args, marks[0].kwargs, test, item.location[1] + 1)
+                # Parametrised cases with their own markers (one per widget, say) get a line each.
+                self.rows.setdefault((test, row.area, row.case), row)
+            except MarkerError as error:
+                self.errors.append(str(error))
+
+    def pytest_collectreport(self, report) -> None:
+        if report.failed:
+            self.errors.append(f"{report.nodeid}: could not be collected:\n{report.longreprtext}")
 
 
-def rows_in_file(path: Path, root: Path) -> list[Row]:
-    """Every reliability-marked test of one test file."""
-    relative = path.relative_to(root).as_posix()
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    rows = []
-    for name, function in _tests(tree.body):
-        markers = [d for d in function.decorator_list if _is_reliability_marker(d)]
-        if len(markers) > 1:
-            raise MarkerError(f"{relative}::{name}: one reliability marker per test (split the test instead)")
-        if markers:
-            fields = _marker_fields(markers[0], f"{relative}::{name}")
-            rows.append(Row(**fields, file=relative, test=name, line=function.lineno))
-    return rows
+def marked_files(tests_dir: Path = TESTS_DIR) -> list[Path]:
+    """Test files that mention the marker at all (the only ones worth importing)."""
+    return [p for p in sorted(tests_dir.rglob("test_*.py")) if f"{MARKER}(" in p.read_text(encoding="utf-8")]
 
 
 def collect(tests_dir: Path = TESTS_DIR) -> list[Row]:
     """All marked tests under ``tests_dir``, ordered by area, then file, then position."""
-    root = tests_dir.parent
-    rows = [row for path in sorted(tests_dir.rglob("test_*.py")) for row in rows_in_file(path, root)]
+    import pytest
 
-    def order(row: Row) -> tuple:
+    collector = _Collector()
+    files = [str(p) for p in marked_files(tests_dir)]
+    if files:
+        log = io.StringIO()
+        with contextlib.redirect_stdout(log):  # pytest's own listing would bury the table
+            code = pytest.main(["--collect-only", "-qq", "-p", "no:cacheprovider",
+                                "--rootdir", str(tests_dir.parent), *files], plugins=[collector])
+        if collector.errors or code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            raise MarkerError("\n".join(collector.errors) or f"pytest collection failed ({code}):\n{log.getvalue()}")
+    return order(collector.rows.values())
+
+
+def order(rows: Iterable[Row]) -> list[Row]:
+    def key(row: Row) -> tuple:
         known = row.area in AREA_ORDER
         return (not known, AREA_ORDER.index(row.area) if known else 0, row.area, row.file, row.line)
 
-    return sorted(rows, key=order)
+    return sorted(rows, key=key)
 
 
 def _cell(text: str) -> str:
@@ -115,16 +129,16 @@ def _cell(text: str) -> str:
 
 
 def render(rows: Iterable[Row]) -> str:
-    """The Markdown table, one line per test, ending with a newline."""
+    """The Markdown table, one line per case, ending with a newline."""
     lines = ["| area | case | behaviour | test |", "| --- | --- | --- | --- |"]
-    lines += [f"| {_cell(r.area)} | {_cell(r.case)} | {_cell(r.behaviour)} | `{r.node_id}` |" for r in rows]
+    lines += [f"| {_cell(r.area)} | {_cell(r.case)} | {_cell(r.behaviour)} | `{r.test}` |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
 def block(rows: Iterable[Row]) -> str:
     """What belongs between the README markers (markers excluded)."""
     rows = list(rows)
-    note = (f"Generated from the {len(rows)} tests marked `@pytest.mark.reliability` by `{COMMAND}`; "
+    note = (f"Generated from the {len(rows)} cases marked `@pytest.mark.reliability` by `{COMMAND}`; "
             "do not edit by hand.\n\n")
     return note + render(rows)
 
@@ -151,17 +165,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--write", action="store_true", help="rewrite the Reliability block of README.md")
     action.add_argument("--check", action="store_true", help="exit 1 when the README block is stale")
+    action.add_argument("--json", action="store_true", help="print the rows as JSON (for the tests)")
     args = parser.parse_args(argv)
-    expected = block(collect())
+    rows = collect()
+    expected = block(rows)
     if args.write:
         README.write_text(replace_block(README.read_text(encoding="utf-8"), expected), encoding="utf-8")
-        print(f"wrote {expected.count(chr(10)) - 4} rows to {README}")
+        print(f"wrote {len(rows)} rows to {README}")
     elif args.check:
         if current_block(README.read_text(encoding="utf-8")) != expected:
             print(f"README.md's Reliability table is stale; run `{COMMAND}`", file=sys.stderr)
             return 1
+    elif args.json:
+        print(json.dumps([asdict(row) for row in rows]))
     else:
-        print(render(collect()), end="")
+        print(render(rows), end="")
     return 0
 
 

@@ -45,6 +45,8 @@ def test_load_ditto_models_all_six(official_ckpt_dir):
     assert load_ditto_models(official_ckpt_dir).identity == models.identity
 
 
+@pytest.mark.reliability(area="Models", case="missing network file(s)",
+                         behaviour="MissingModelError listing every missing file, the folder searched and where to download; nothing loads")
 def test_missing_files_are_all_named(tmp_path, official_ckpt_dir):
     shutil.copy(official_ckpt_dir / "stitch_network.pth", tmp_path)
     with pytest.raises(MissingModelError) as err:
@@ -64,6 +66,8 @@ def test_huggingface_folder_layout_is_found(tmp_path, official_ckpt_dir):
     assert C.load_network("stitch_network", tmp_path) is not None
 
 
+@pytest.mark.reliability(area="Models", case="truncated .pth",
+                         behaviour="CheckpointError naming the file as truncated or corrupt, with the re-download hint")
 def test_truncated_file_is_named(tmp_path, official_ckpt_dir):
     data = (official_ckpt_dir / "stitch_network.pth").read_bytes()
     (tmp_path / "stitch_network.pth").write_bytes(data[: len(data) // 2])
@@ -71,12 +75,16 @@ def test_truncated_file_is_named(tmp_path, official_ckpt_dir):
         C.load_network("stitch_network", tmp_path)
 
 
+@pytest.mark.reliability(area="Models", case="another network's file under the right name",
+                         behaviour="CheckpointError: the file does not hold this network and which official file it looks like")
 def test_other_network_under_the_right_name(tmp_path, official_ckpt_dir):
     shutil.copy(official_ckpt_dir / "appearance_extractor.pth", tmp_path / "warp_network.pth")
     with pytest.raises(CheckpointError, match="does not hold the warp_network.*looks like appearance_extractor.pth"):
         C.load_network("warp_network", tmp_path)
 
 
+@pytest.mark.reliability(area="Models", case="one tensor of the wrong shape",
+                         behaviour="CheckpointError naming the tensor and both shapes, before any weight is copied")
 def test_wrong_shape_names_key_and_both_shapes(tmp_path, official_ckpt_dir):
     obj = torch.load(official_ckpt_dir / "stitch_network.pth", weights_only=True)
     key = "module.mlp.0.weight"
@@ -86,6 +94,8 @@ def test_wrong_shape_names_key_and_both_shapes(tmp_path, official_ckpt_dir):
         C.load_network("stitch_network", tmp_path)
 
 
+@pytest.mark.reliability(area="Models", case="a tensor missing from the checkpoint",
+                         behaviour="CheckpointError naming the first missing key and its expected shape")
 def test_missing_key_is_named(tmp_path, official_ckpt_dir):
     obj = torch.load(official_ckpt_dir / "stitch_network.pth", weights_only=True)
     del obj["retarget_shoulder"]["module.mlp.2.bias"]
@@ -94,12 +104,16 @@ def test_missing_key_is_named(tmp_path, official_ckpt_dir):
         C.load_network("stitch_network", tmp_path)
 
 
+@pytest.mark.reliability(area="Models", case="checkpoint without the expected container entry",
+                         behaviour="CheckpointError naming the missing entry and what was found")
 def test_wrong_container_is_named(tmp_path):
     torch.save({"weights": {}}, tmp_path / "lmdm_v0.4_hubert.pth")
     with pytest.raises(CheckpointError, match="no 'model_state_dict' entry"):
         C.load_network("lmdm", tmp_path)
 
 
+@pytest.mark.reliability(area="Safety", case="checkpoint that would run code when unpickled",
+                         behaviour="refused by torch.load(weights_only=True); the payload never runs")
 def test_pickled_code_is_refused(tmp_path):
     """weights_only=True: a checkpoint that would run code on load is rejected, not executed."""
 
@@ -143,6 +157,8 @@ def test_convert_weights_round_trip(tmp_path, official_ckpt_dir):
     assert not list(dst.glob(".*tmp*")), "temp files left behind"
 
 
+@pytest.mark.reliability(area="Models", case="convert-weights given a wrong file",
+                         behaviour="CheckpointError; no .safetensors is written")
 def test_convert_refuses_a_bad_file_and_writes_nothing(tmp_path, official_ckpt_dir):
     src, dst = tmp_path / "src", tmp_path / "dst"
     src.mkdir()
@@ -152,6 +168,8 @@ def test_convert_refuses_a_bad_file_and_writes_nothing(tmp_path, official_ckpt_d
     assert not (dst / "stitch_network.safetensors").exists()
 
 
+@pytest.mark.reliability(area="Models", case="safetensors header that lies about its size",
+                         behaviour="CheckpointError naming the file")
 def test_safetensors_header_that_lies_about_its_size(tmp_path, official_ckpt_dir):
     from safetensors.torch import save_file
 

@@ -150,17 +150,17 @@ def test_pose_offset_and_gain_hand_checked():
     src.motion.kp[0, :3] = torch.tensor([1.0, 0.0, 0.0])
     vec = torch.zeros(1, 265)
     base = dict(drive_eye=False, flag_stitching=False)
-    # +90 degrees of yaw sends x onto -z
-    got = stitch_motion(vec, src, None, MotionOptions(delta_yaw=90.0, **base)).kp_driving[0, 0]
-    assert torch.allclose(got, torch.tensor([0.0, 0.0, -1.0]), atol=1e-5)
-    # the gain scales the offset angle: 45 degrees
-    got = stitch_motion(vec, src, None, MotionOptions(delta_yaw=90.0, alpha_yaw=0.5, **base)).kp_driving[0, 0]
-    s = math.sqrt(0.5)
-    assert torch.allclose(got, torch.tensor([s, 0.0, -s]), atol=1e-5)
+    # +60 degrees of yaw (the largest offset allowed) turns x towards -z
+    c, s = 0.5, math.sqrt(3) / 2
+    got = stitch_motion(vec, src, None, MotionOptions(delta_yaw=60.0, **base)).kp_driving[0, 0]
+    assert torch.allclose(got, torch.tensor([c, 0.0, -s]), atol=1e-5)
+    # the gain scales the offset angle: 30 degrees
+    got = stitch_motion(vec, src, None, MotionOptions(delta_yaw=60.0, alpha_yaw=0.5, **base)).kp_driving[0, 0]
+    assert torch.allclose(got, torch.tensor([s, 0.0, -c]), atol=1e-5)
     # a per-frame offset replaces the overall one on the frames it covers
     two = stitch_motion(torch.zeros(2, 265), src, None,
-                        MotionOptions(delta_yaw=90.0, yaw_offsets=[0.0], **base)).kp_driving[:, 0]
-    assert torch.allclose(two, torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0]]), atol=1e-5)
+                        MotionOptions(delta_yaw=60.0, yaw_offsets=[0.0], **base)).kp_driving[:, 0]
+    assert torch.allclose(two, torch.tensor([[1.0, 0.0, 0.0], [c, 0.0, -s]]), atol=1e-5)
     # without an offset the gain acts on the bin logits: gain 0 flattens them to 0 degrees
     peaked = torch.zeros(1, 265)
     peaked[0, 67 + 50] = 30.0  # yaw concentrated on bin 50 = 52.5 degrees

@@ -281,6 +281,7 @@ def fake_hub(monkeypatch, official_ckpt_dir):
     import shutil
     import sys
     import types
+    import zipfile
 
     served, broken = [], set()
 
@@ -294,11 +295,19 @@ def fake_hub(monkeypatch, official_ckpt_dir):
             target.write_bytes(b"truncated download")
         elif name.endswith(".pth"):
             shutil.copy(Path(official_ckpt_dir) / name, target)
+        elif name.endswith(".onnx"):
+            write_stub_hubert(target)  # any readable ONNX graph passes the download check
         else:
-            target.write_bytes(b"aux model bytes")
+            with zipfile.ZipFile(target, "w") as bundle:  # a MediaPipe .task is a zip bundle
+                bundle.writestr("face_landmarks_detector.tflite", b"model")
         return str(target)
 
-    monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(hf_hub_download=hf_hub_download))
+    def get_hf_file_metadata(url):  # size and hash unknown: only the by-kind verification runs
+        return types.SimpleNamespace(size=None, etag=None)
+
+    hub = types.SimpleNamespace(hf_hub_download=hf_hub_download, hf_hub_url=lambda repo_id, filename: filename,
+                                get_hf_file_metadata=get_hf_file_metadata)
+    monkeypatch.setitem(sys.modules, "huggingface_hub", hub)
     return served, broken
 
 

@@ -81,6 +81,8 @@ def _damage_other_entry(cache, key):
     os.replace(cache.paths(other)[1], cache.paths(key)[1])  # metadata of another entry under this key
 
 
+@pytest.mark.reliability(area="Safety", case="tampered, truncated or mismatched avatar cache entry",
+                         behaviour="verified by tree hash and shapes before use: treated as a miss with one warning, recomputed and overwritten")
 @pytest.mark.parametrize("damage", [_damage_truncate, _damage_flip, _damage_json, _damage_other_entry])
 def test_damaged_entry_warns_once_then_is_overwritten(stored, damage):
     cache, key = stored
@@ -104,6 +106,8 @@ def test_entry_from_another_version_is_a_silent_miss(stored):
         assert cache.load(key) is None
 
 
+@pytest.mark.reliability(area="Safety", case="avatar cache write interrupted (disk full) at either rename",
+                         behaviour="no visible entry and no temp files; the next load is a clean miss")
 @pytest.mark.parametrize("fail_on", [1, 2])  # 1: the tensor file's rename, 2: the metadata's rename
 def test_interrupted_write_leaves_no_visible_entry(tmp_path, monkeypatch, fail_on):
     cache = AvatarCache(tmp_path)
@@ -125,6 +129,8 @@ def test_interrupted_write_leaves_no_visible_entry(tmp_path, monkeypatch, fail_o
     assert cache.load(key) is None
 
 
+@pytest.mark.reliability(area="Safety", case="avatar cache key that is a path (../../etc/passwd)",
+                         behaviour="ValueError; keys must be 64 hex digits, so no file outside the cache root is touched")
 def test_keys_cannot_escape_the_root(tmp_path):
     with pytest.raises(ValueError, match="invalid avatar cache key"):
         AvatarCache(tmp_path).paths("../../etc/passwd")

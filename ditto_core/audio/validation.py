@@ -19,6 +19,9 @@ logger = logging.getLogger(__name__)
 FULL_SCALE = 0.999  # a sample this close to +-1.0 is at the converter's limit
 CLIPPED_FRACTION = 1e-3  # clean speech hits full scale a few times at most, not 0.1 % of the time
 SILENCE_PEAK = 1e-4  # -80 dBFS: below any microphone's noise floor
+# Resampling a clipped recording rings past full scale (measured up to 2.5 from 8 kHz), while integer
+# PCM cast to float without scaling peaks at 127 or more: this threshold tells the two apart.
+UNSCALED_PEAK = 4.0
 
 
 def require_float_waveform(waveform: Tensor, name: str) -> None:
@@ -53,7 +56,7 @@ def warn_on_level(waveform: Tensor, name: str) -> None:
     magnitude = waveform.detach().abs()
     stats = torch.stack([magnitude.amax(), (magnitude >= FULL_SCALE).sum().to(magnitude.dtype)])
     peak, num_full_scale = stats.tolist()  # the one host sync of the check
-    if peak > 1.5:
+    if peak > UNSCALED_PEAK:
         logger.warning(
             "%s: samples reach %.1f, far outside [-1, 1]; float audio should be scaled to [-1, 1] "
             "(integer PCM cast to float without dividing by 32768 looks like this).", name, peak

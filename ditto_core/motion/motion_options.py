@@ -28,6 +28,10 @@ LMDM_WINDOW = 80
 MAX_STEPS = 1000
 """DDIM steps cannot exceed the 1000-step training schedule."""
 
+MAX_POSE_OFFSET = 60.0
+"""Largest head-pose offset, in degrees either way: a still portrait cannot show a head turned
+further than this convincingly (the node's sliders stop here too)."""
+
 DRIVEN_KEYS = ("scale", "pitch", "yaw", "roll", "t", "exp")
 """Motion parts the driving sequence can supply (``kp`` always comes from the source)."""
 
@@ -159,6 +163,8 @@ class MotionOptions:
             for name in (f"delta_{axis}", f"alpha_{axis}"):
                 value = getattr(self, name)
                 _check(name, value, _is_real(value) and math.isfinite(value), "a finite number")
+            offset = getattr(self, f"delta_{axis}")
+            _check(f"delta_{axis}", offset, abs(offset) <= MAX_POSE_OFFSET, _OFFSET_RANGE)
             self._check_per_frame(f"{axis}_offsets")
         _check_int("fade_in", self.fade_in, 0, None)
         _check_int("fade_out", self.fade_out, 0, None)
@@ -219,6 +225,10 @@ class MotionOptions:
         ok = isinstance(value, Tensor) and value.ndim == 1 and value.is_floating_point()
         _check(name, value, ok, "None or a 1-D sequence of degrees, one per output frame")
         _check(name, value, bool(torch.isfinite(value).all()), "finite degrees")
+        _check(name, value, bool((value.abs() <= MAX_POSE_OFFSET).all()), _OFFSET_RANGE)
+
+
+_OFFSET_RANGE = f"degrees between {-MAX_POSE_OFFSET:g} and {MAX_POSE_OFFSET:g}"
 
 
 def _check(name: str, value: Any, ok: bool, allowed: str) -> None:

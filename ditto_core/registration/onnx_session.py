@@ -59,6 +59,12 @@ class CropLandmarker:
         inputs = session.get_inputs()
         if len(inputs) != 1:
             raise model_error(self.path, self.role, f"it has {len(inputs)} inputs, expected 1 image")
+        # Refuse another model under this name now, not with an obscure shape error mid-registration.
+        # Symbolic dimensions (strings or None) are accepted; only fixed ones are checked.
+        shape = inputs[0].shape
+        expected = (1, 3, self.input_size, self.input_size)
+        if len(shape) != 4 or any(isinstance(d, int) and d != e for d, e in zip(shape[1:], expected[1:])):
+            raise model_error(self.path, self.role, f"its input has shape {tuple(shape)}, expected {expected}")
         self.input_name = inputs[0].name
 
     def blob(self, crop: np.ndarray) -> np.ndarray:

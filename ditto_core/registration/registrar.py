@@ -31,6 +31,11 @@ from .source_info import SourceInfo
 CROP_SIZE = 512
 MIN_FACE_SIZE = 128
 """Faces smaller than this (pixels, detection box) are upscaled so much that renders turn soft."""
+FEATURE_ELEMENTS = 32 * 16 * 64 * 64
+"""Elements of one frame's appearance features (the extractor's (32, 16, 64, 64) volume): 8 MiB in fp32."""
+FEATURE_MEMORY_SHARE = 0.5
+"""Share of the device's free memory a source's appearance features may take; the rest is left
+for warp+decode, put-back and encoding."""
 CUT_FACE_FRACTION = 0.05
 """A face with more than this share of its landmarks outside the frame counts as cut by the border."""
 _MOTION_OUTPUTS = ("pitch", "yaw", "roll", "t", "exp", "scale", "kp")  # the motion extractor's output order
@@ -90,6 +95,7 @@ def register_avatar(
     count, height, width = rgb.shape[:3]
     check_frame_size(height, width, name)
     is_image = count == 1 if is_image is None else bool(is_image)
+    check_feature_memory(count, dtype, device, name)
 
     key = None
     if cache is not None:
@@ -120,6 +126,43 @@ def register_avatar(
             warnings.warn(f"Could not write the avatar cache in {cache.root} ({exc}); continuing without it.",
                           RuntimeWarning, stacklevel=2)
     return source
+
+
+def available_memory(device: torch.device) -> Optional[int]:
+    """Bytes still allocatable on ``device`` (free VRAM plus what PyTorch's allocator holds
+    unused, or the host's ``MemAvailable``); None where the platform does not say."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    if device.type == "cpu":
+        try:
+            with open("/proc/meminfo") as meminfo:
+                for line in meminfo:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return None
+
+
+def check_feature_memory(count: int, dtype: torch.dtype, device: torch.device, name: str) -> None:
+    """Refuse a source whose per-frame appearance features cannot fit, before any work is done.
+
+    Every frame of a video source keeps its own 8 MiB (fp32) feature volume for the whole
+    render, so a long clip would otherwise fail minutes later with an out-of-memory error.
+    """
+    free = available_memory(device)
+    per_frame = FEATURE_ELEMENTS * dtype.itemsize
+    budget = FEATURE_MEMORY_SHARE * free if free is not None else None
+    if budget is None or count * per_frame <= budget:
+        return
+    fits = int(budget // per_frame)
+    raise InputError(
+        f"{name} has {count} frames, whose appearance features need {count * per_frame / 2**30:.1f} GiB: more than "
+        f"the {budget / 2**30:.1f} GiB registration may use on {device} (half of the {free / 2**30:.1f} GiB free). "
+        f"Trim the video to at most {fits} frames ({fits / 25:.1f} s at 25 fps), or load the models in fp16 on a "
+        f"GPU, which halves the need."
+    )
 
 
 def _from_cache(cache: AvatarCache, key: str, frames: Tensor, is_image: bool, device: torch.device):
@@ -195,8 +238,8 @@ def _warn_small_face(name: str, size: float) -> None:
 
 
 def _warn_if_cut(landmarks: np.ndarray, height: int, width: int, name: str) -> None:
-    """Warn when a face reaches past the frame: the crop samples black there, which the model
-    renders as a dark smear along that edge."""
+    """Warn when a face reaches past the frame: the crop samples black there, a part of the
+    face the networks then have to render from nothing."""
     outside = ((landmarks < 0) | (landmarks > (width - 1, height - 1))).any(-1).mean(-1)  # (N,) share per frame
     worst = float(outside.max())
     if worst > CUT_FACE_FRACTION:
@@ -221,18 +264,22 @@ def _extract(
 ) -> tuple[Tensor, MotionInfo, Tensor, Tensor]:
     """Crops -> (f_s, motion, eye_open, eye_ball) for all frames, ``batch_size`` at a time."""
     count = len(frames)
-    features, motions, meshes = [], [], []
+    features: Optional[Tensor] = None
+    motions, meshes = [], []
     for start in range(0, count, batch_size):
         crops = warp_frames(frames[start:start + batch_size], m_c2o[start:start + batch_size], CROP_SIZE)
         image = network_input(crops, dtype)
-        features.append(models.appearance_extractor(image))
+        batch = models.appearance_extractor(image)
+        if features is None:  # filled in place: concatenating batches would briefly hold the volumes twice
+            features = batch.new_empty((count, *batch.shape[1:]))
+        features[start:start + len(image)] = batch
         outputs = models.motion_extractor(image)
         motions.append(MotionInfo(**{k: v.reshape(len(image), -1).float() for k, v in zip(_MOTION_OUTPUTS, outputs)}))
         if landmarker is not None:
             meshes.extend(landmarker(crop) for crop in crops.cpu().numpy())
         report(progress, steps - count + min(start + batch_size, count), steps)
     eye_open, eye_ball = _eye_measurements(meshes, count, frames.device)
-    return torch.cat(features), MotionInfo.cat(motions), eye_open, eye_ball
+    return features, MotionInfo.cat(motions), eye_open, eye_ball
 
 
 def _eye_measurements(

@@ -26,6 +26,9 @@ from ..errors import DittoError, InputError
 
 Waveform = Union[np.ndarray, Tensor]
 
+X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
+"""libx264's speed/size presets, fastest first."""
+
 # Rates the AAC encoder takes as they are; anything else is resampled to 48 kHz first.
 _AAC_RATES = frozenset({7350, 8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000, 64000, 88200, 96000})
 _AAC_FALLBACK_RATE = 48000
@@ -76,6 +79,7 @@ class VideoWriter:
         queue_frames: int = 32,
     ) -> None:
         _check_settings(width, height, fps, crf, queue_frames)
+        check_encoder_options(crf, preset)
         self.path = Path(path)
         self.width, self.height = width, height
         self._fps = Fraction(fps).limit_denominator(1001)
@@ -289,13 +293,23 @@ class VideoWriter:
         return stream
 
 
+def check_encoder_options(crf: int, preset: str) -> None:
+    """Raise :class:`InputError` for a ``crf`` or ``preset`` libx264 would refuse.
+
+    Cheap: callers that render before encoding check their settings first, so a typo fails in
+    a second rather than after the whole render.
+    """
+    if not (isinstance(crf, int) and not isinstance(crf, bool) and 0 <= crf <= 51):
+        raise InputError(f"VideoWriter: crf must be an integer in [0, 51] (18 is visually lossless), got {crf!r}")
+    if preset not in X264_PRESETS:
+        raise InputError(f"VideoWriter: preset must be one of {', '.join(X264_PRESETS)}; got {preset!r}")
+
+
 def _check_settings(width: int, height: int, fps: float, crf: int, queue_frames: int) -> None:
     if not (isinstance(width, int) and isinstance(height, int) and width >= 2 and height >= 2):
         raise InputError(f"VideoWriter: width and height must be integers >= 2, got {width}x{height}")
     if not (np.isfinite(fps) and 0 < fps <= 1000):
         raise InputError(f"VideoWriter: fps must be in (0, 1000], got {fps}")
-    if not (isinstance(crf, int) and 0 <= crf <= 51):
-        raise InputError(f"VideoWriter: crf must be an integer in [0, 51], got {crf}")
     if not (isinstance(queue_frames, int) and queue_frames >= 1):
         raise InputError(f"VideoWriter: queue_frames must be a positive integer, got {queue_frames}")
 

@@ -1,0 +1,241 @@
+"""Soak and faults: repeated renders keep memory flat, an interruption at any stage leaves
+nothing a later run could mistake for good output, VRAM exhaustion shrinks the batch instead
+of failing, and back-to-back avatars never bleed into each other.
+
+The interruption and two-avatar cases run on the CPU too (random networks, tiny inputs, the
+warp network and decoder replaced by the small stand-ins of ``tests/test_nodes_execution.py``
+so a frame costs milliseconds); on CUDA they use the real random networks, compiled. The
+memory soak and the out-of-VRAM retry need a GPU (``pytest -m gpu``).
+"""
+from __future__ import annotations
+
+import gc
+import os
+import warnings
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+import av
+import pytest
+import torch
+
+from ditto_core.errors import DittoError, Interrupted
+from ditto_core.motion.motion_options import MotionOptions
+from ditto_core.pipeline import DittoPipeline
+from ditto_core.progress import ProgressCallback
+from ditto_core.registration.cache import AvatarCache
+from ditto_core.registration.options import RegistrationOptions
+from ditto_core.render.warp_decode import WarpDecodeEngine
+from tests.test_nodes_execution import TinyDecoder, TinyWarp
+
+STAGES = ("register", "audio", "motion", "render", "encode")
+RATE = 16000
+CLIP_SECONDS = 0.2  # 5 video frames
+BATCH = 2  # frames per warp+decode batch: 5 frames make 3 batches, so "render" and "encode" differ
+NO_DETECTOR = RegistrationOptions(detect_face=False)
+FAST_MOTION = MotionOptions(steps=1)
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module", params=DEVICES)
+def pipeline(request, tmp_path_factory):
+    """Random networks with an avatar cache; stand-in warp/decoder on the CPU, compiled real ones on CUDA."""
+    workdir = tmp_path_factory.mktemp("soak")
+    on_cuda = request.param == "cuda"
+    pipe = DittoPipeline.random(workdir, device=request.param, compile=on_cuda, batch_size=BATCH)
+    if not on_cuda:
+        pipe.models = replace(pipe.models, warp_network=TinyWarp().eval(), decoder=TinyDecoder().eval())
+    pipe.cache = AvatarCache(workdir / "cache")
+    return pipe
+
+
+def _avatar(seed: int, size: int = 256) -> torch.Tensor:
+    """A (1, size, size, 3) uint8 still: smooth colour blobs, different for every seed."""
+    g = torch.Generator().manual_seed(seed)
+    coarse = torch.rand(1, 3, 8, 8, generator=g)
+    image = torch.nn.functional.interpolate(coarse, size=(size, size), mode="bicubic", align_corners=False)
+    return (image.clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+
+def _speech(seconds: float = CLIP_SECONDS, seed: int = 0) -> torch.Tensor:
+    return 0.1 * torch.randn(1, int(seconds * RATE), generator=torch.Generator().manual_seed(seed))
+
+
+def _cancel_in(stage: str, target: str) -> Optional[ProgressCallback]:
+    """A progress callback that interrupts ``stage`` when it is ``target``.
+
+    "render" stops after the first warp+decode batch; "encode" once every frame has been
+    handed to the encoder, while it is still encoding and before the MP4 is finalised.
+    """
+    if stage != target:
+        return None
+
+    def cancel(done: int, total: int) -> None:
+        if stage != "encode" or done == total:
+            raise Interrupted(f"interrupted during {stage} by the test")
+
+    return cancel
+
+
+def basic_run(pipe: DittoPipeline, frames: torch.Tensor, waveform: torch.Tensor, out: Path,
+              interrupt: str = "") -> Path:
+    """The basic workflow (register -> audio -> motion -> render + encode), optionally interrupted."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Eye measurements use neutral defaults")
+        source = pipe.register(frames, NO_DETECTOR, is_image=True, progress=_cancel_in("register", interrupt))
+    features = pipe.audio_features(waveform, RATE, progress=_cancel_in("audio", interrupt))
+    motion = pipe.motion(source, features, FAST_MOTION, progress=_cancel_in("motion", interrupt))
+    progress = _cancel_in("render", interrupt) or _cancel_in("encode", interrupt)
+    return pipe.render_video(source, motion, out, audio=(waveform, RATE), preset="ultrafast", progress=progress)
+
+
+def _frame_count(path: Path) -> int:
+    with av.open(str(path)) as container:
+        return sum(1 for _ in container.decode(video=0))
+
+
+def _assert_cache_sound(cache: AvatarCache) -> None:
+    """Every entry is complete and verifies; no temporary file is left."""
+    files = list(cache.root.glob("*")) if cache.root.exists() else []
+    assert not [p.name for p in files if p.name.startswith(".") or p.suffix == ".tmp"], "cache temp files left"
+    keys = {p.stem for p in files if p.suffix == ".json"}
+    assert keys == {p.stem for p in files if p.suffix == ".safetensors"}, "a cache entry is half-written"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a damaged entry warns
+        assert all(cache.load(key) is not None for key in keys)
+
+
+@pytest.mark.reliability(area="Soak and faults", case="interruption during register, audio, motion, render or encode",
+                         behaviour="Interrupted propagates; no MP4 or partial file, no broken cache entry; "
+                                   "the next run succeeds (CPU and GPU)")
+@pytest.mark.parametrize("stage", STAGES)
+def test_interruption_leaves_nothing_and_next_run_succeeds(pipeline, tmp_path, stage):
+    frames = _avatar(seed=STAGES.index(stage))  # a new avatar: the register stage really runs
+    out_dir = tmp_path / "output"
+    out = out_dir / "talk.mp4"
+    with pytest.raises(Interrupted, match=stage):
+        basic_run(pipeline, frames, _speech(), out, interrupt=stage)
+    assert not out_dir.exists() or list(out_dir.iterdir()) == [], "partial output left behind"
+    _assert_cache_sound(pipeline.cache)
+
+    assert basic_run(pipeline, frames, _speech(), out) == out
+    assert _frame_count(out) == round(CLIP_SECONDS * 25)
+    assert [p.name for p in out_dir.iterdir()] == ["talk.mp4"]
+    _assert_cache_sound(pipeline.cache)
+
+
+@pytest.mark.reliability(area="Soak and faults", case="two prompts back to back with different avatars",
+                         behaviour="each render uses its own avatar: B rendered after A equals B rendered alone, "
+                                   "and differs from A (CPU and GPU, compiled engine included)")
+def test_back_to_back_avatars_render_their_own_avatar(pipeline):
+    avatars = {name: _avatar(seed) for name, seed in (("A", 10), ("B", 11))}
+    features = pipeline.audio_features(_speech(), RATE)
+
+    def prompt(name: str):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Eye measurements use neutral defaults")
+            source = pipeline.register(avatars[name], NO_DETECTOR, is_image=True)
+        motion = pipeline.motion(source, features, FAST_MOTION)
+        return source, pipeline.engine().render(source, motion).images
+
+    source_a, first_a = prompt("A")
+    source_b, first_b = prompt("B")
+    _, again_a = prompt("A")  # now a cache hit, after B went through the same engine
+    _, again_b = prompt("B")
+    for source, name in ((source_a, "A"), (source_b, "B")):
+        assert torch.equal(source.frames.cpu(), avatars[name][0:1]), f"avatar {name} registered other pixels"
+    assert source_a.cache_key != source_b.cache_key
+    assert not torch.equal(source_a.f_s, source_b.f_s)
+    torch.testing.assert_close(again_a, first_a, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(again_b, first_b, rtol=1e-5, atol=1e-5)
+    assert (first_a - first_b).abs().amax() > 1e-3, "the two avatars rendered the same frames"
+
+
+# ------------------------------------------------------------------------------ GPU only
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+VRAM_DRIFT = 16 * MiB  # allocated after a run, vs after the first
+PEAK_DRIFT = 64 * MiB  # peak during a run, vs the first run's
+RSS_DRIFT = 256 * MiB  # host RSS after a run, vs after the first (allocator arenas, encoder threads)
+RSS_LEAK = 64 * MiB  # host RSS growth over the last ten runs: a leak of 7 MiB a run would exceed it
+
+
+@pytest.mark.gpu
+@pytest.mark.reliability(area="Soak and faults", case="20 consecutive renders of the basic workflow (GPU)",
+                         behaviour="VRAM allocated and peak, and host RSS, stay flat after the first render "
+                                   "(allowed drift 16 MiB / 64 MiB / 256 MiB; measured values printed)")
+def test_twenty_renders_keep_memory_flat(tmp_path, example_dir):
+    pipe = DittoPipeline.random(tmp_path, device="cuda", compile=True, batch_size=8)
+    pipe.cache = AvatarCache(tmp_path / "cache")
+    allocated, peaks, rss = [], [], []
+    for run in range(20):
+        torch.cuda.reset_peak_memory_stats()
+        out = pipe.run(example_dir / "portrait.jpg", example_dir / "speech_24k_mono.wav", tmp_path / f"run{run}.mp4",
+                       NO_DETECTOR, MotionOptions(seed=run), preset="ultrafast", max_seconds=1.0)
+        out.unlink()  # only memory is under test; 20 videos would only fill the disk
+        gc.collect()
+        torch.cuda.synchronize()
+        allocated.append(torch.cuda.memory_allocated())
+        peaks.append(torch.cuda.max_memory_allocated())
+        rss.append(_rss_bytes())
+    drift = {
+        "allocated": max(allocated[1:]) - allocated[0],
+        "peak": max(peaks[1:]) - peaks[0],
+        "rss": max(rss[1:]) - rss[0],
+        "rss_last_10": rss[-1] - rss[9],
+    }
+    print("soak, MiB: allocated", [a // MiB for a in allocated], "peak", [p // MiB for p in peaks],
+          "rss", [r // MiB for r in rss], "drift", {k: round(v / MiB, 1) for k, v in drift.items()})
+    assert drift["allocated"] <= VRAM_DRIFT, f"VRAM grew {drift['allocated'] / MiB:.1f} MiB after the first render"
+    assert drift["peak"] <= PEAK_DRIFT, f"peak VRAM grew {drift['peak'] / MiB:.1f} MiB after the first render"
+    assert drift["rss"] <= RSS_DRIFT, f"host RSS grew {drift['rss'] / MiB:.1f} MiB after the first render"
+    assert drift["rss_last_10"] <= RSS_LEAK, f"host RSS grew {drift['rss_last_10'] / MiB:.1f} MiB over 10 renders"
+
+
+def _engine(pipe: DittoPipeline, batch_size: int, compile: bool) -> WarpDecodeEngine:
+    return WarpDecodeEngine(pipe.models.warp_network, pipe.models.decoder, batch_size=batch_size, compile=compile)
+
+
+@pytest.mark.gpu
+@pytest.mark.reliability(area="Soak and faults", case="out of VRAM in Warp+Decode (tiny per-process memory fraction)",
+                         behaviour="the batch is halved and retried until it fits; the frames match an unconstrained "
+                                   "render; with no room even for one frame, a DittoError says how to free VRAM")
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+def test_out_of_vram_retries_with_a_smaller_batch(tmp_path, compile):
+    pipe = DittoPipeline.random(tmp_path, device="cuda", compile=False)
+    features = pipe.audio_features(_speech(8 / 25), RATE)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Eye measurements use neutral defaults")
+        source = pipe.register(_avatar(1), NO_DETECTOR, is_image=True)
+    motion = pipe.motion(source, features, FAST_MOTION)
+    assert len(motion) == 8
+    total = torch.cuda.get_device_properties(0).total_memory
+
+    def limit_to(extra_bytes: int) -> None:
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.set_per_process_memory_fraction(min(1.0, (torch.cuda.memory_reserved() + extra_bytes) / total))
+
+    try:
+        engine = _engine(pipe, 8, compile)
+        limit_to(3 * 620 * MiB)  # room for about two fp32 frames (bench_render's measured per-frame peak)
+        frames = engine.render(source, motion).images
+        assert engine.stats.batch_size < 8, "the tiny memory fraction did not force a retry"
+
+        tiny = _engine(pipe, 8, compile)
+        limit_to(16 * MiB)
+        with pytest.raises(DittoError, match="single frame.*free VRAM"):
+            tiny.render(source, motion)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+    reference = _engine(pipe, 1, compile=False).render(source, motion).images
+    assert frames.shape == reference.shape == (8, 3, 512, 512)
+    torch.testing.assert_close(frames, reference, rtol=1e-4, atol=1e-4)
