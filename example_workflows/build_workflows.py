@@ -185,6 +185,13 @@ def _inputs(g: Graph, x: int = 0) -> tuple[Node, Node, Node]:
     return models, image, audio
 
 
+def _analysed(g: Graph, models: Node, image: Node, audio: Node) -> tuple[Node, Node]:
+    """Register Avatar + Audio Features: the first column of every stage-node graph."""
+    source = g.add("DittoRegisterAvatar", (360, 0), models=models[0], image=image[0], **REGISTER)
+    features = g.add("DittoAudioFeatures", (360, 420), models=models[0], audio=audio[0])
+    return source, features
+
+
 def _frames(g: Graph, models: Node, source: Node, features: Node, x: int, y: int, options: Optional[Node] = None,
             steps: int = 25) -> Node:
     sampler = g.add("DittoLMDMSampler", (x, y), models=models[0], source=source[0], audio_features=features[0],
@@ -197,8 +204,7 @@ def portrait_to_mp4() -> Graph:
     """Image + speech -> MP4 through every stage node."""
     g = Graph()
     models, image, audio = _inputs(g)
-    source = g.add("DittoRegisterAvatar", (360, 0), models=models[0], image=image[0], **REGISTER)
-    features = g.add("DittoAudioFeatures", (360, 420), models=models[0], audio=audio[0])
+    source, features = _analysed(g, models, image, audio)
     frames = _frames(g, models, source, features, 720, 0)
     g.add("DittoSaveVideo", (1800, 0), frames=frames[0], audio=audio[0], filename_prefix="ditto/portrait", **SAVE)
     return g
@@ -208,8 +214,7 @@ def eye_lock_steps_comparison() -> Graph:
     """Eye lock on, the same seed sampled with 25 and with 50 DDIM steps, saved side by side."""
     g = Graph()
     models, image, audio = _inputs(g)
-    source = g.add("DittoRegisterAvatar", (360, 0), models=models[0], image=image[0], **REGISTER)
-    features = g.add("DittoAudioFeatures", (360, 420), models=models[0], audio=audio[0])
+    source, features = _analysed(g, models, image, audio)
     options = g.add("DittoMotionOptions", (360, 560), emotion="neutral", eye_lock=True, drive_eye="off",
                     pitch_offset=0.0, yaw_offset=0.0, roll_offset=0.0, fade_to="none", fade_in=0, fade_out=0,
                     stitching=True)
@@ -228,8 +233,7 @@ def video_source() -> Graph:
     video = g.add("LoadVideo", (0, 260), file=SOURCE_VIDEO)
     parts = g.add("GetVideoComponents", (0, 520), video=video[0])
     audio = g.add("LoadAudio", (0, 700), audio=SPEECH)
-    source = g.add("DittoRegisterAvatar", (360, 0), models=models[0], image=parts[0], **REGISTER)
-    features = g.add("DittoAudioFeatures", (360, 420), models=models[0], audio=audio[0])
+    source, features = _analysed(g, models, parts, audio)
     frames = _frames(g, models, source, features, 720, 0)
     g.add("DittoSaveVideo", (1800, 0), frames=frames[0], audio=audio[0], filename_prefix="ditto/video_source", **SAVE)
     return g
@@ -239,8 +243,7 @@ def core_interop() -> Graph:
     """Ditto frames handed to core nodes: as IMAGE into Create Video, and as VIDEO into Save Video."""
     g = Graph()
     models, image, audio = _inputs(g)
-    source = g.add("DittoRegisterAvatar", (360, 0), models=models[0], image=image[0], **REGISTER)
-    features = g.add("DittoAudioFeatures", (360, 420), models=models[0], audio=audio[0])
+    source, features = _analysed(g, models, image, audio)
     frames = _frames(g, models, source, features, 720, 0)
     images = g.add("DittoFramesToImage", (1800, 0), frames=frames[0])
     created = g.add("CreateVideo", (2160, 0), images=images[0], fps=25.0, audio=audio[0])

@@ -100,6 +100,18 @@ def speech_like(seconds: float, rate: int, channels: int = 1, seed: int = 0) -> 
     return (0.25 * np.sin(2 * np.pi * 220 * t) + 0.02 * noise).astype(np.float32)
 
 
+def traced_peak(fn):
+    """``(fn(), peak bytes Python allocated meanwhile)`` measured with tracemalloc."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        result = fn()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def files_under(folder: Path) -> list[str]:
     """Every file below ``folder`` (hidden and temporary ones included), relative, sorted."""
     if not folder.exists():

@@ -7,7 +7,6 @@ stand-ins with the official shapes (see tests/hardening_support.py).
 from __future__ import annotations
 
 import struct
-import tracemalloc
 import warnings
 import zlib
 
@@ -20,8 +19,8 @@ from ditto_core.registration import RegistrationOptions, load_source, register_a
 from ditto_core.registration import registrar
 from ditto_core.registration.image_io import MAX_SOURCE_PIXELS
 from tests.hardening_support import (  # noqa: F401  (hubert_stub is a fixture)
-    assert_no_output, hubert_stub, speech_like, stub_aux, tiny_models, tiny_pipeline, write_png, write_video,
-    write_wav,
+    assert_no_output, hubert_stub, speech_like, stub_aux, tiny_models, tiny_pipeline, traced_peak, write_png,
+    write_video, write_wav,
 )
 
 pytestmark = pytest.mark.filterwarnings(  # expected with stub face models; asserted where they matter
@@ -180,12 +179,7 @@ def test_8000_by_8000(tmp_path, run_pipeline):
     big = np.zeros((8000, 8000, 3), np.uint8)
     big[::97] = 200  # compressible, yet not flat
     path = write_png(tmp_path / "big.png", big)
-    tracemalloc.start()
-    try:
-        frames, is_image = load_source(path)
-        decode_peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    (frames, is_image), decode_peak = traced_peak(lambda: load_source(path))
     assert is_image and frames.shape == (1, 8000, 8000, 3) and np.array_equal(frames[0], big)
     # Pillow's decoded bytes plus the array made from them: bounded, since larger files never decode.
     assert decode_peak < 2.1 * big.nbytes, f"decoding held {decode_peak / big.nbytes:.2f} copies of the image"
@@ -227,12 +221,7 @@ def test_video_of_one_frame(tmp_path):
                                               "longest clip that fits.")
 def test_video_of_2000_frames(tmp_path, monkeypatch):
     path = write_video(tmp_path / "long.mp4", 2000)
-    tracemalloc.start()
-    try:
-        frames, is_image = load_source(path)
-        decode_peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    (frames, is_image), decode_peak = traced_peak(lambda: load_source(path))
     assert not is_image and frames.shape == (2000, 64, 64, 3)
     assert [int(frames[i, 0, 0, 0]) for i in (0, 100, 1999)] == [0, 100, 1999 % 256]
     assert decode_peak < 1.3 * frames.nbytes, f"decoding held {decode_peak / frames.nbytes:.2f} copies of the video"
