@@ -137,6 +137,16 @@ def test_video_tracks_from_one_detection_and_smooths_motion(tmp_path, portrait):
         assert rel_l2(getattr(source.motion, name), value.reshape(3, -1).mean(0, keepdim=True).expand(3, -1)) < 1e-6
     assert rel_l2(source.f_s[1], source.f_s[0]) > 1e-3  # appearance is per frame, never smoothed
     assert len(smooth_motion(source.motion, 1)) == 3
+    # The LMDM's sc condition is frame 0's keypoints as extracted, before the smoothing (as in
+    # Ditto's registrar), and it survives the cache.
+    kp0 = raw[MOTION_NAMES.index("kp")].reshape(3, -1)[:1]
+    assert torch.equal(source.source_kp, kp0) and not torch.allclose(source.source_kp, source.motion.kp[:1])
+    cache = AvatarCache(tmp_path / "cache")
+    register_avatar(frames, models, aux, device="cpu", cache=cache)
+    calls = models.motion_extractor.calls
+    hit = register_avatar(frames, models, aux, device="cpu", cache=cache)
+    assert models.motion_extractor.calls == calls, "the second registration must be a cache hit"
+    assert torch.equal(hit.source_kp, kp0)
 
 
 def test_no_face(tmp_path, portrait):

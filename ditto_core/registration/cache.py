@@ -33,7 +33,7 @@ from ..models.keypoints import MotionInfo
 from .source_info import SourceInfo
 
 CACHE_FORMAT = "ditto-avatar"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: entries hold the unsmoothed frame-0 keypoints ``sc``
 _KEY = re.compile(r"^[0-9a-f]{64}$")
 _MOTION_PREFIX = "motion."
 _LEAF = 1 << 20
@@ -158,7 +158,8 @@ def _atomic_write(target: Path, data: bytes) -> None:
 
 def source_to_tensors(source: SourceInfo) -> dict[str, Tensor]:
     """The tensors of a SourceInfo worth caching (everything but the frames)."""
-    tensors = {"M_c2o": source.M_c2o, "f_s": source.f_s, "eye_open": source.eye_open, "eye_ball": source.eye_ball}
+    tensors = {"M_c2o": source.M_c2o, "f_s": source.f_s, "eye_open": source.eye_open, "eye_ball": source.eye_ball,
+               "sc": source.source_kp}
     tensors.update({_MOTION_PREFIX + name: value for name, value in source.motion.as_dict().items()})
     return tensors
 
@@ -175,4 +176,5 @@ def source_from_tensors(tensors: Mapping[str, Tensor], frames: Tensor, is_image:
         eye_ball=tensors["eye_ball"],
         is_image=is_image,
         cache_key=key,
+        sc=tensors["sc"],
     )

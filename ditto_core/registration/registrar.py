@@ -115,10 +115,11 @@ def register_avatar(
         f_s, motion, eye_open, eye_ball = _extract(
             frames, m_c2o, models, getattr(aux, "landmark478", None), dtype, batch_size, progress, steps
         )
+    sc = motion.kp[:1].clone()  # taken before smoothing, as Ditto's registrar does
     if not is_image:
         motion = smooth_motion(motion, options.smo_k_s)
     source = SourceInfo(frames=frames, M_c2o=m_c2o, f_s=f_s, motion=motion, eye_open=eye_open,
-                        eye_ball=eye_ball, is_image=is_image, cache_key=key)
+                        eye_ball=eye_ball, is_image=is_image, cache_key=key, sc=sc)
     if cache is not None:
         try:
             cache.store(key, source_to_tensors(source), {"is_image": is_image, "num_frames": count})
@@ -172,8 +173,11 @@ def _from_cache(cache: AvatarCache, key: str, frames: Tensor, is_image: bool, de
     tensors, _ = loaded
     try:
         source = source_from_tensors(tensors, frames, is_image, key)
-        if any(t.shape[0] != len(frames) for t in source_to_tensors(source).values()):
+        per_frame = (source.M_c2o, source.f_s, source.eye_open, source.eye_ball, *source.motion.as_dict().values())
+        if any(t.shape[0] != len(frames) for t in per_frame):
             raise ValueError("frame count differs")
+        if tuple(source.source_kp.shape) != (1, 63):
+            raise ValueError(f"sc has shape {tuple(source.source_kp.shape)}")
     except (KeyError, TypeError, ValueError) as exc:
         warnings.warn(f"Avatar cache entry {key} in {cache.root} is incomplete ({exc}); recomputing it.",
                       RuntimeWarning, stacklevel=3)

@@ -27,6 +27,8 @@ class SourceInfo:
     eye_ball: Tensor  # (N, 6) float32: left/right iris direction
     is_image: bool  # True for a still portrait (drives eyes by default), False for a video
     cache_key: Optional[str] = None  # content address of the cache entry it came from / went to
+    sc: Optional[Tensor] = None  # (1, 63) float32: frame-0 canonical keypoints *before* the video
+    # smoothing; Ditto conditions the LMDM on these (None: same as the smoothed ``motion.kp[:1]``)
 
     def __len__(self) -> int:
         return self.frames.shape[0]
@@ -37,8 +39,11 @@ class SourceInfo:
 
     @property
     def source_kp(self) -> Tensor:
-        """(1, 63) canonical keypoints of frame 0: the LMDM's keypoint condition ``sc``."""
-        return self.motion.kp[:1]
+        """(1, 63) canonical keypoints of frame 0 as registered: the LMDM's condition ``sc``.
+
+        For a video source Ditto takes them before smoothing the motion over time.
+        """
+        return self.sc if self.sc is not None else self.motion.kp[:1]
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "SourceInfo":
         move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
@@ -50,4 +55,5 @@ class SourceInfo:
             motion=self.motion.map(move),
             eye_open=move(self.eye_open),
             eye_ball=move(self.eye_ball),
+            sc=None if self.sc is None else move(self.sc),
         )
