@@ -113,9 +113,9 @@ def test_scan_catches_every_unsafe_form():
         "import pickle",
         "import dill as d",
         "from joblib import load",
-        "import torch\ntorch.load(p)",
-        "import torch\ntorch.load(p, weights_only=False)",
-        "import torch\ntorch.load(p, weights_only=flag)",
+        "import torch\ntorch.load(p)",  # unsafe-ok: a sample for the scanner, never run
+        "import torch\ntorch.load(p, weights_only=False)",  # unsafe-ok: a sample for the scanner, never run
+        "import torch\ntorch.load(p, weights_only=flag)",  # unsafe-ok: a sample for the scanner, never run
         "from torch import load as tl\ntl(p)",
         "import numpy as np\nnp.load(p, allow_pickle=True)",
         "import pandas as pd\npd.read_pickle(p)",
