@@ -187,3 +187,12 @@ def test_loading_is_deterministic(official_ckpt_dir):
     b = C.load_network("stitch_network", official_ckpt_dir)
     x = torch.randn(2, 21, 3, generator=torch.Generator().manual_seed(0))
     assert torch.equal(a(x, x), b(x, x))
+
+
+def test_legacy_serialization_format_loads(tmp_path, official_ckpt_dir):
+    """Files from the pre-zip serializer cannot be memory-mapped; they still load, safely."""
+    obj = torch.load(official_ckpt_dir / "stitch_network.pth", weights_only=True)
+    torch.save(obj, tmp_path / "stitch_network.pth", _use_new_zipfile_serialization=False)
+    a = C.load_network("stitch_network", tmp_path).state_dict()
+    b = C.load_network("stitch_network", official_ckpt_dir).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in b)

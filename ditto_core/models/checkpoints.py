@@ -134,7 +134,7 @@ def read_checkpoint(path: Path) -> Any:
             from safetensors.torch import load_file
 
             return load_file(str(path), device="cpu")
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        return _torch_load(path)
     except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile, KeyError) as exc:
         raise CheckpointError(
             f"{path} could not be read ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
@@ -142,6 +142,17 @@ def read_checkpoint(path: Path) -> Any:
         ) from exc
     except Exception as exc:  # safetensors raises its own error type; the pickle guard raises UnpicklingError
         raise CheckpointError(f"{path} could not be read safely ({type(exc).__name__}: {exc}). {hint}") from exc
+
+
+def _torch_load(path: Path) -> Any:
+    try:
+        # Memory-mapped: a 200 MB checkpoint is not read twice (file -> buffer -> tensors).
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError as exc:
+        if "mmap" not in str(exc):
+            raise
+        # Files written by the legacy (pre-zip) serializer cannot be memory-mapped.
+        return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def _float32_state(raw: Any, path: Path) -> StateDict:
