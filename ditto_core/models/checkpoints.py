@@ -137,7 +137,7 @@ def read_checkpoint(path: Path) -> Any:
         return _torch_load(path)
     except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile, KeyError) as exc:
         raise CheckpointError(
-            f"{path} could not be read ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
+            f"{path} could not be read ({type(exc).__name__}: {(str(exc).splitlines() or ['no detail'])[0][:200]}); "
             f"the file is truncated, corrupt or not a checkpoint. {hint}"
         ) from exc
     except Exception as exc:  # safetensors raises its own error type; the pickle guard raises UnpicklingError
