@@ -33,9 +33,10 @@ from .rendered_frames import RenderedFrames
 log = logging.getLogger(__name__)
 
 # Peak activation memory of one frame through warp + decode at 64x64 features; used to size
-# batches from free VRAM. bench/bench_render.py reports the measured value
-# ("peak_bytes_per_frame") for each precision.
-_BYTES_PER_FRAME = {torch.float32: 620 << 20, torch.float16: 330 << 20, torch.bfloat16: 330 << 20}
+# batches from free VRAM. Measured by bench/bench_render.py ("peak_bytes_per_frame") on an
+# H200: 274 MiB in fp16 and bf16 (bench/measurements/2026-11-29-h200), used here with a margin
+# for allocator fragmentation; fp32 is not measured yet and keeps a conservative estimate.
+_BYTES_PER_FRAME = {torch.float32: 620 << 20, torch.float16: 310 << 20, torch.bfloat16: 310 << 20}
 MAX_BATCH = 32
 # The decoder's output side is this multiple of the feature volume's side (64 -> 512).
 _DECODER_UPSCALE = 8
