@@ -8,7 +8,6 @@ leaves no partial file behind.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -17,6 +16,7 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
+from ditto_core.atomic_files import file_sha256
 from ditto_core.audio.hubert import HUBERT_ONNX_NAME
 from ditto_core.errors import CheckpointError, MissingModelError
 from ditto_core.models.checkpoints import HF_REPO, NETWORKS, build_network, find_network_file, load_state
@@ -89,11 +89,7 @@ def _verify_size_and_hash(path: Path, size: Optional[int], etag: Optional[str]) 
         raise CheckpointError(f"the download of {path.name} from {HF_REPO} has {actual} bytes, the Hub lists "
                               f"{size}; it was discarded, try again.")
     if etag and _SHA256.fullmatch(etag):
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                digest.update(block)
-        if digest.hexdigest() != etag:
+        if file_sha256(path) != etag:
             raise CheckpointError(f"the download of {path.name} from {HF_REPO} does not match the Hub's SHA-256 "
                                   f"(corrupted in transit); it was discarded, try again.")
 

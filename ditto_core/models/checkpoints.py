@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 import torch
 from torch import Tensor, nn
 
+from ..atomic_files import atomic_write, file_sha256
 from ..errors import CheckpointError, MissingModelError
 
 HF_REPO = "digital-avatar/ditto-talkinghead"
@@ -277,10 +278,10 @@ def convert_weights(src: Path | str, dst: Path | str) -> list[Path]:
         tensors = {k: v.contiguous().clone() for k, v in state.items()}
         out = dst / f"{NETWORKS[name].stem}.safetensors"
         meta = {"ditto_network": name, "source_file": path.name, "format_version": FORMAT_VERSION}
-        _atomic_write(out, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
-        index[out.name] = {**meta, "sha256": _sha256(out), "num_tensors": len(tensors)}
+        atomic_write(out, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
+        index[out.name] = {**meta, "sha256": file_sha256(out), "num_tensors": len(tensors)}
         written.append(out)
-    _atomic_write(dst / "ditto_models.json", lambda tmp: tmp.write_text(json.dumps(index, indent=2)))
+    atomic_write(dst / "ditto_models.json", lambda tmp: tmp.write_text(json.dumps(index, indent=2)))
     return written
 
 
@@ -290,20 +291,3 @@ def _find_pth(name: str, folder: Path) -> Optional[Path]:
         if p.is_file():
             return p
     return None
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _atomic_write(target: Path, write: Callable[[Path], Any]) -> None:
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)

@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,6 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..atomic_files import atomic_write_bytes
 from ..models.keypoints import MotionInfo
 from .source_info import SourceInfo
 
@@ -139,21 +139,8 @@ class AvatarCache:
             "dtypes": {name: str(t.dtype).removeprefix("torch.") for name, t in tensors.items()},
         }
         self.root.mkdir(parents=True, exist_ok=True)
-        _atomic_write(tensor_path, data)
-        _atomic_write(meta_path, json.dumps(meta, indent=1, sort_keys=True).encode())
-
-
-def _atomic_write(target: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())  # the rename must not land before the bytes do
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        atomic_write_bytes(tensor_path, data)
+        atomic_write_bytes(meta_path, json.dumps(meta, indent=1, sort_keys=True).encode())
 
 
 def source_to_tensors(source: SourceInfo) -> dict[str, Tensor]:
