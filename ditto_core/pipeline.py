@@ -99,6 +99,7 @@ class DittoPipeline:
         cache: Optional[AvatarCache] = None,
         compile: bool = True,
         batch_size: int = 0,
+        model_dir: Optional[Path] = None,
     ) -> None:
         self.models = models
         self.aux = aux
@@ -106,9 +107,10 @@ class DittoPipeline:
         self.cache = cache
         self.compile = compile
         self.batch_size = batch_size
+        self.model_dir = model_dir  # where face models missing from ``aux`` are loaded from on demand
         self.times = StageTimes()
         self._samplers: dict[int, DDIMSampler] = {}
-        self._engine: Optional[WarpDecodeEngine] = None
+        self._engines: dict[tuple[int, bool], WarpDecodeEngine] = {}
 
     @property
     def device(self) -> torch.device:
@@ -135,7 +137,7 @@ class DittoPipeline:
         hubert = HubertFeatureExtractor(find_hubert(model_dir), device)
         models = load_ditto_models(model_dir, device, dtype)
         cache = AvatarCache(cache_dir) if cache_dir is not None else None
-        return cls(models, aux, hubert, cache, **kwargs)
+        return cls(models, aux, hubert, cache, model_dir=model_dir, **kwargs)
 
     @classmethod
     def random(
@@ -157,12 +159,13 @@ class DittoPipeline:
 
     def register(
         self, frames_rgb, options: Optional[RegistrationOptions] = None, is_image: Optional[bool] = None,
-        name: str = "source image", progress: Optional[ProgressCallback] = None,
+        name: str = "source image", progress: Optional[ProgressCallback] = None, use_cache: bool = True,
     ) -> SourceInfo:
         start = time.perf_counter()
         source = register_avatar(
-            frames_rgb, self.models, self.aux, options, device=self.device, dtype=self.models.dtype,
-            cache=self.cache, progress=progress, is_image=is_image, name=name,
+            frames_rgb, self.models, self.face_models(options), options, device=self.device,
+            dtype=self.models.dtype, cache=self.cache if use_cache else None, progress=progress, is_image=is_image,
+            name=name,
         )
         self.times.record("register", start, self.device)
         return source
@@ -196,12 +199,25 @@ class DittoPipeline:
         self.times.record("motion", start, self.device)
         return motion
 
-    def engine(self) -> WarpDecodeEngine:
-        if self._engine is None:
-            self._engine = WarpDecodeEngine(
-                self.models.warp_network, self.models.decoder, batch_size=self.batch_size, compile=self.compile
+    def face_models(self, options: Optional[RegistrationOptions]) -> AuxModels:
+        """The face models, with the detection set loaded on first need.
+
+        A pipeline built for the no-detector mode holds only what it found; face detection needs
+        all four files, and this load names every one that is missing and where it goes.
+        """
+        detect = (options or RegistrationOptions()).detect_face
+        if detect and self.model_dir is not None and any(getattr(self.aux, name) is None for name in AUX_FILES):
+            self.aux = load_aux_models(self.model_dir, self.device, required=AUX_FILES)
+        return self.aux
+
+    def engine(self, batch_size: Optional[int] = None, compile: Optional[bool] = None) -> WarpDecodeEngine:
+        """The warp+decode engine for these settings (default: the pipeline's), kept with its graphs."""
+        key = (self.batch_size if batch_size is None else batch_size, self.compile if compile is None else compile)
+        if key not in self._engines:
+            self._engines[key] = WarpDecodeEngine(
+                self.models.warp_network, self.models.decoder, batch_size=key[0], compile=key[1]
             )
-        return self._engine
+        return self._engines[key]
 
     def render_video(
         self, source: SourceInfo, motion: MotionSequence, out_path: Path | str,

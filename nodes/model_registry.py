@@ -4,8 +4,8 @@
 networks themselves. ComfyUI keeps the last output of every node in its cache; if that output
 were the networks, their VRAM could only be freed by deleting the node. With a handle, the
 networks live in :data:`REGISTRY` as one ``ditto_core`` :class:`~ditto_core.pipeline.DittoPipeline`
-per (folder, device, precision) -- networks, face models, HuBERT and the DDIM samplers with
-their CUDA graphs -- together with the warp+decode engines the nodes build from it.
+per (folder, device, precision) -- networks, face models, HuBERT, and the DDIM samplers and
+warp+decode engines with their CUDA graphs.
 ``Unload Ditto Models`` releases them; a node that later receives a released handle loads the
 set again transparently.
 """

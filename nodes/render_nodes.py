@@ -11,7 +11,7 @@ from ditto_core.progress import ProgressCallback, report
 from ditto_core.registration.source_info import SourceInfo
 from ditto_core.render.rendered_frames import RenderedFrames, VideoFrames
 from ditto_core.render.putback import paste_back
-from ditto_core.render.warp_decode import MAX_BATCH, WarpDecodeEngine
+from ditto_core.render.warp_decode import MAX_BATCH
 
 from . import ditto_types as T
 from .model_registry import REGISTRY, ModelHandle
@@ -34,12 +34,7 @@ def render_faces(
     The engine (with its compiled graphs) is kept per batch size and compile setting, so only
     the first run pays for compilation.
     """
-    models = REGISTRY.pipeline(handle).models
-    engine = REGISTRY.get(
-        handle, ("warp_decode", batch_size, compile),
-        lambda: WarpDecodeEngine(models.warp_network, models.decoder, batch_size=batch_size, compile=compile),
-    )
-    return engine.render(source, motion, progress)
+    return REGISTRY.pipeline(handle).engine(batch_size, compile).render(source, motion, progress)
 
 
 def paste_faces(

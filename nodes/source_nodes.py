@@ -7,9 +7,7 @@ from comfy_api.latest import io
 from torch import Tensor
 
 from ditto_core.progress import ProgressCallback
-from ditto_core.registration.aux_models import AUX_FILES, load_aux_models
 from ditto_core.registration.options import MAX_SOURCE_SIDE, RegistrationOptions
-from ditto_core.registration.registrar import register_avatar
 from ditto_core.registration.source_info import SourceInfo
 
 from . import ditto_types as T
@@ -28,17 +26,8 @@ def register_source(
 
     One frame is a still portrait; several are the frames of a video source.
     """
-    pipeline = REGISTRY.pipeline(handle)
-    aux = pipeline.aux
-    if options.detect_face and any(getattr(aux, name) is None for name in AUX_FILES):
-        # The pipeline loads the face models it finds; detection needs all of them, and this
-        # call names every missing file and where it goes.
-        aux = REGISTRY.get(handle, "aux_for_detection",
-                           lambda: load_aux_models(handle.model_dir, handle.torch_device, required=tuple(AUX_FILES)))
-    return register_avatar(
-        image, pipeline.models, aux, options, device=pipeline.device, dtype=pipeline.models.dtype,
-        cache=pipeline.cache if use_cache else None, progress=progress, name="Register Avatar image",
-    )
+    return REGISTRY.pipeline(handle).register(image, options, name="Register Avatar image", progress=progress,
+                                              use_cache=use_cache)
 
 
 class RegisterAvatar(io.ComfyNode):
