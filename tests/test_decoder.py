@@ -1,18 +1,25 @@
-"""SPADE decoder: official layout, parity with the reference, and the spectral-norm fold.
+"""SPADE decoder: official layout, parity with the reference, and the exact inference rewrites.
 
-Full 64x64 -> 512x512 forwards cost seconds on CPU, so only the two parity checks run at that
-size (once each, shared through a fixture); behavioural checks use 16x16 inputs, which the
-fully convolutional decoder maps to 128x128.
+Full 64x64 -> 512x512 forwards cost seconds on CPU, so only the parity checks run at that size
+(once per variant, shared through a fixture); behavioural checks use 16x16 inputs, which the
+fully convolutional decoder maps to 128x128, or single blocks and convs at small sizes.
 """
 import copy
 import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from ditto_core.errors import InputError
 from ditto_core.models.checkpoints import load_network
-from ditto_core.models.decoder import SPADE, SPADEDecoder, SpectralNormConv2d
+from ditto_core.models.decoder import (
+    SPADE,
+    NearestUpsampledConv2d,
+    SPADEDecoder,
+    SPADEResnetBlock,
+    SpectralNormConv2d,
+)
 from tests.parity import rel_l2
 
 
@@ -77,6 +84,37 @@ def test_prepare_folds_to_plain_convs_and_matches_unprepared(case_outputs, prepa
     assert not any(k.endswith(("weight_orig", "weight_u", "weight_v")) for k in keys)
     assert "G_middle_0.conv_0.weight" in keys and "up_1.conv_s.weight" in keys
     assert rel_l2(case_outputs["prepared"], case_outputs["raw"]) < 1e-5
+
+
+def test_prepared_matches_unprepared_on_random_features(raw_decoder, prepared_decoder):
+    x = _small_features(2)
+    with torch.inference_mode():
+        raw = raw_decoder(x)
+        prepared = prepared_decoder(x)
+        channels_last = copy.deepcopy(prepared_decoder).to(memory_format=torch.channels_last)
+        prepared_cl = channels_last(x.to(memory_format=torch.channels_last))
+    assert rel_l2(prepared, raw) < 1e-5
+    assert rel_l2(prepared_cl, raw) < 1e-5
+
+
+def test_prepare_shares_one_label_embedding_per_block(prepared_decoder):
+    """Each block embeds the label once, at label resolution; the SPADEs keep only scale/shift."""
+    blocks = {f"G_middle_{i}": 1 for i in range(6)} | {"up_0": 2, "up_1": 4}
+    for name, scale in blocks.items():
+        block = getattr(prepared_decoder, name)
+        norms = [n for n in (block.norm_0, block.norm_1, block.norm_s) if n is not None]
+        assert block.label_embedding.scale_factor == scale
+        assert block.label_embedding.out_channels == 128 * len(norms) == 128 * (3 if name.startswith("up") else 2)
+        assert all(norm.mlp_shared is None and norm.mlp_scale_shift is not None for norm in norms)
+    assert not any("mlp_shared" in key for key in prepared_decoder.state_dict())
+
+
+def test_prepared_decoder_traces_as_one_graph(prepared_decoder):
+    """No graph breaks (data-dependent control flow, host syncs) for torch.compile to trip on."""
+    compiled = torch.compile(prepared_decoder, backend="eager", fullgraph=True)
+    x = _small_features(1)
+    with torch.inference_mode():
+        assert torch.equal(compiled(x), prepared_decoder(x))
 
 
 def test_prepare_is_idempotent(prepared_decoder):
@@ -166,6 +204,92 @@ def test_spade_fused_modulation_matches_separate_convs():
     assert {k.split(".")[0] for k in spade.state_dict()} == {"mlp_shared", "mlp_scale_shift"}
 
 
+def _random_conv(
+    in_channels: int, out_channels: int, kernel_size: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    weight = torch.randn(out_channels, in_channels, kernel_size, kernel_size, generator=generator)
+    return weight, torch.randn(out_channels, generator=generator)
+
+
+@pytest.mark.parametrize("kernel_size, with_bias", [(3, True), (3, False), (5, True)])
+@pytest.mark.parametrize("scale", [1, 2, 3, 4])
+@pytest.mark.parametrize("size", [(1, 1), (2, 3), (5, 7)])  # (1, 1), (2, 3): every pixel is a border pixel
+def test_nearest_upsampled_conv_equals_conv_of_upsampled_input(kernel_size, with_bias, scale, size):
+    g = torch.Generator().manual_seed(scale)
+    weight, bias = _random_conv(4, 6, kernel_size, g)
+    bias = bias if with_bias else None
+    x = torch.randn(2, 4, *size, generator=g)
+    expected = F.conv2d(F.interpolate(x, scale_factor=scale, mode="nearest"), weight, bias, padding=kernel_size // 2)
+    conv = NearestUpsampledConv2d(weight, bias, scale)
+    with torch.no_grad():
+        got = conv(x)
+        got_cl = conv(x.to(memory_format=torch.channels_last))
+    assert got.shape == expected.shape == (2, 6, scale * size[0], scale * size[1])
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got_cl, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "scale, kernel_shapes",
+    [
+        (1, [((3, 3), 1)]),
+        (2, [((2, 2), 4)]),  # phases (0|1) x (0|1): all four read 2x2 low-res pixels
+        (4, [((2, 2), 4), ((2, 1), 2), ((1, 2), 2), ((1, 1), 1)]),  # phases 1, 2 read one row/column
+    ],
+)
+def test_nearest_upsampled_conv_runs_one_conv_per_distinct_kernel_shape(scale, kernel_shapes):
+    """One conv per support shape, holding each distinct phase kernel once: the FLOP saving."""
+    weight, bias = _random_conv(4, 6, 3, torch.Generator().manual_seed(0))
+    conv = NearestUpsampledConv2d(weight, bias, scale)
+    assert [(tuple(c.kernel_size), c.out_channels // 6) for c in conv.convs] == kernel_shapes
+    assert all(torch.equal(c.bias, bias.repeat(kinds)) for c, (_, kinds) in zip(conv.convs, kernel_shapes))
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("scale", [1, 4])
+def test_nearest_upsampled_conv_chunks_are_dense_slices_of_the_output(scale, channels_last):
+    g = torch.Generator().manual_seed(0)
+    conv = NearestUpsampledConv2d(*_random_conv(4, 6, 3, g), scale)
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.randn(2, 4, 5, 7, generator=g).to(memory_format=layout)
+    with torch.no_grad():
+        chunks = conv.forward_chunks(x, 3)
+        whole = conv(x)
+    assert all(c.is_contiguous(memory_format=layout) for c in chunks)
+    assert torch.equal(torch.cat(chunks, dim=1), whole)
+
+
+def test_nearest_upsampled_conv_rejects_even_kernels():
+    with pytest.raises(ValueError, match="square odd kernel"):
+        NearestUpsampledConv2d(torch.zeros(2, 2, 2, 2), None, 2)
+
+
+def test_upsampling_block_matches_reference_formula_and_its_prepared_form():
+    """The block as the reference writes it: upsample x and label, then normalise at high resolution."""
+    torch.manual_seed(0)
+    block = SPADEResnetBlock(8, 4, label_channels=6, upsample=2, label_scale=4).eval()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 8, 6, 4, generator=g) * 2 + 1
+    label = torch.randn(2, 6, 3, 2, generator=g)
+    with torch.no_grad():
+        x_up = F.interpolate(x, scale_factor=2, mode="nearest")
+        label_up = F.interpolate(label, size=x_up.shape[-2:], mode="nearest")
+
+        def spade(norm, t):
+            hidden = norm.mlp_shared(label_up)
+            return F.instance_norm(t, eps=1e-5) * (1 + norm.mlp_gamma(hidden)) + norm.mlp_beta(hidden)
+
+        dx = block.conv_0(F.leaky_relu(spade(block.norm_0, x_up), 0.2))
+        dx = block.conv_1(F.leaky_relu(spade(block.norm_1, dx), 0.2))
+        expected = dx + block.conv_s(spade(block.norm_s, x_up))
+        got = block(x, label)
+        block.prepare_for_inference()
+        prepared = block(x, label)
+    assert got.shape == (2, 4, 12, 8)
+    assert rel_l2(got, expected) < 1e-6
+    assert rel_l2(prepared, expected) < 1e-5
+
+
 @pytest.mark.gpu
 def test_cuda_matches_cpu_and_half_precision_stays_close():
     torch.manual_seed(0)
@@ -182,3 +306,19 @@ def test_cuda_matches_cpu_and_half_precision_stays_close():
             error = rel_l2(half, cpu)
             print(f"decoder {dtype}: rel-L2 {error:.2e} vs fp32")
             assert error < 2e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_inductor_compiled_decoder_matches_eager_on_cuda(channels_last):
+    """Inductor's lowering of the sub-pixel embedding (phase crops, interleaving stacks) stays exact."""
+    torch.manual_seed(0)
+    decoder = SPADEDecoder().eval()
+    decoder.prepare_for_inference()
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    decoder.cuda().to(memory_format=layout)
+    x = _small_features(2).cuda().to(memory_format=layout)
+    with torch.inference_mode():
+        eager = decoder(x)
+        compiled = torch.compile(decoder, fullgraph=True, dynamic=False)(x)
+    assert rel_l2(compiled, eager) < 1e-5
