@@ -20,6 +20,7 @@ from ditto_core.atomic_files import file_sha256
 from ditto_core.audio.hubert import HUBERT_ONNX_NAME
 from ditto_core.errors import CheckpointError, MissingModelError
 from ditto_core.models.checkpoints import HF_REPO, NETWORKS, build_network, find_network_file, load_state
+from ditto_core.models.official_config import CONFIG_DIR, CONFIG_FILE, blink_table, find_config, read_config
 from ditto_core.progress import ProgressCallback, report
 from ditto_core.registration.aux_models import AUX_FILES
 
@@ -28,8 +29,8 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def missing_files(model_dir: Path, aux_dir: Path) -> dict[str, Path]:
-    """Repository path -> local target of every official file absent from ``model_dir`` (networks)
-    or ``aux_dir`` (face models and HuBERT)."""
+    """Repository path -> local target of every official file absent from ``model_dir`` (networks,
+    and the config with the blink table under ``ditto_cfg/``) or ``aux_dir`` (face models and HuBERT)."""
     wanted = {
         f"{HF_FOLDER}/models/{spec.official_file}": model_dir / spec.official_file
         for name, spec in NETWORKS.items()
@@ -38,6 +39,8 @@ def missing_files(model_dir: Path, aux_dir: Path) -> dict[str, Path]:
     for file in (*AUX_FILES.values(), HUBERT_ONNX_NAME):
         if not (aux_dir / file).is_file():
             wanted[f"{HF_FOLDER}/aux_models/{file}"] = aux_dir / file
+    if find_config(model_dir) is None:
+        wanted[f"{CONFIG_DIR}/{CONFIG_FILE}"] = model_dir / CONFIG_DIR / CONFIG_FILE
     return wanted
 
 
@@ -105,6 +108,8 @@ def _verify(path: Path) -> None:
         _verify_onnx(path)
     elif path.suffix == ".task":
         _verify_bundle(path)
+    elif path.suffix == ".pkl":
+        blink_table(read_config(path), path)  # read as data, never unpickled
 
 
 def _verify_onnx(path: Path) -> None:

@@ -19,12 +19,14 @@ import pytest
 import torch
 
 from tests.comfy_stubs import REPO, load_pack
+from tests.official_config_support import official_shaped_config
 
 pack = load_pack()
 
 import folder_paths  # noqa: E402
 from ditto_core.audio.hubert_stub import write_stub_hubert  # noqa: E402
 from ditto_core.errors import CheckpointError, MissingModelError  # noqa: E402
+from ditto_core.models.official_config import CONFIG_DIR  # noqa: E402
 from ditto_core.render.rendered_frames import VideoFrames  # noqa: E402
 from comfyui_ditto_pack.nodes.download import download_missing  # noqa: E402
 from comfyui_ditto_pack.nodes.output_nodes import output_file, save_mp4  # noqa: E402
@@ -199,6 +201,8 @@ def hub(monkeypatch, official_ckpt_dir, tmp_path):
             path.symlink_to(Path(official_ckpt_dir) / name)
         elif name.endswith(".onnx"):
             write_stub_hubert(path)
+        elif name.endswith(".pkl"):
+            path.write_bytes(official_shaped_config())
         else:
             with zipfile.ZipFile(path, "w") as bundle:
                 bundle.writestr("face_landmarks_detector.tflite", bytes(range(256)) * 16)
@@ -263,7 +267,8 @@ def _debris(root: Path) -> list[str]:
 
 
 @pytest.mark.reliability(area="Safety", case="downloader served a truncated, empty, corrupted or interrupted file "
-                                              "(network .pth, face-model/HuBERT .onnx, MediaPipe .task)",
+                                              "(network .pth, face-model/HuBERT .onnx, MediaPipe .task, Ditto "
+                                              "config .pkl)",
                          behaviour="the file is refused with an error naming it; nothing is left at its target or "
                                    "in staging; files verified before it are kept, and a retry completes the set")
 @pytest.mark.parametrize("file, damage, error", [
@@ -275,6 +280,7 @@ def _debris(root: Path) -> list[str]:
     ("face_landmarker.task", _truncate, CheckpointError),
     ("face_landmarker.task", _flip_a_byte, CheckpointError),
     ("landmark203.onnx", _connection_lost, MissingModelError),
+    ("v0.4_hubert_cfg_pytorch.pkl", _truncate, CheckpointError),
 ])
 def test_bad_download_leaves_nothing_behind(hub, model_dir, file, damage, error):
     served, damages = hub
@@ -282,10 +288,11 @@ def test_bad_download_leaves_nothing_behind(hub, model_dir, file, damage, error)
     damages[file] = damage
     with pytest.raises(error, match=file.replace(".", r"\.")):
         download_missing(model_dir, aux_dir)
-    target = (model_dir if file.endswith(".pth") else aux_dir) / file
-    assert not target.exists(), "a refused download was left at its target"
+    folder = {".pth": model_dir, ".pkl": model_dir / CONFIG_DIR}.get(Path(file).suffix, aux_dir)
+    assert not (folder / file).exists(), "a refused download was left at its target"
     assert _debris(model_dir) == [], "staging or temporary files left behind"
-    kept = [p for p in (*model_dir.glob("*.pth"), *aux_dir.glob("*")) if not p.is_symlink()]
+    kept = [p for p in (*model_dir.glob("*.pth"), *aux_dir.glob("*"), *(model_dir / CONFIG_DIR).glob("*"))
+            if not p.is_symlink()]
     assert all(p.name in served[:-1] for p in kept), "only files verified before the failure may stay"
 
     damages.clear()

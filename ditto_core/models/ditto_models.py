@@ -2,14 +2,20 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from ..errors import MissingModelError
 from .checkpoints import NETWORKS, build_network, file_identity, find_network_file, load_state, missing_files_message
+from .keypoints import NUM_KP
+from .official_config import CONFIG_DIR, CONFIG_FILE, blink_table, find_config, read_config
+
+log = logging.getLogger(__name__)
 
 # The LMDM and stitching network are tiny next to the image networks; they stay fp32 because the
 # 25-step diffusion recurrence accumulates half-precision error into visible jitter.
@@ -30,6 +36,9 @@ class DittoModels:
     dtype: torch.dtype
     files: dict[str, Path] = field(default_factory=dict)
     identity: str = ""  # fingerprint of the files used: part of every avatar cache key
+    blink_table: Optional[Tensor] = None
+    """(K, 63) float32 on ``device``: Ditto's recorded blink, from the official config (None: no
+    procedural blinks). The pipeline uses it when the motion options ask for blinks."""
 
     @property
     def cond_dim(self) -> int:
@@ -43,7 +52,8 @@ def load_ditto_models(
     """Load all six networks from ``model_dir`` (official ``.pth`` or converted ``.safetensors``).
 
     Every missing file is reported at once; every file is validated before any module is
-    handed out.
+    handed out. The blink table comes from the official config under ``ditto_cfg/`` when it is
+    there (see :func:`~.official_config.find_config`); without it blinks are off.
     """
     model_dir = Path(model_dir)
     device = torch.device(device)
@@ -51,12 +61,41 @@ def load_ditto_models(
     missing = [name for name, path in files.items() if path is None]
     if missing:
         raise MissingModelError(missing_files_message(missing, model_dir))
+    blinks = _load_blink_table(model_dir)  # small: a bad config fails before the heavy loads
     modules = {}
     for name, path in files.items():
         module = build_network(name, load_state(name, path), path)
         modules[name] = module.to(device=device, dtype=torch.float32 if name in ALWAYS_FP32 else dtype)
     identity = hashlib.sha256("|".join(file_identity(files[n]) for n in NETWORKS).encode()).hexdigest()
-    return DittoModels(**modules, device=device, dtype=dtype, files=files, identity=identity)
+    return DittoModels(**modules, device=device, dtype=dtype, files=files, identity=identity,
+                       blink_table=None if blinks is None else blinks.to(device))
+
+
+def _load_blink_table(model_dir: Path) -> Optional[Tensor]:
+    path = find_config(model_dir)
+    if path is None:
+        log.info("Procedural blinks need Ditto's config %s (HuggingFace folder %s/); without it the eyes "
+                 "follow the generated motion.", (model_dir / CONFIG_DIR / CONFIG_FILE).resolve(), CONFIG_DIR)
+        return None
+    table = blink_table(read_config(path), path)
+    if table is None:
+        log.warning("%s has no default_kwargs['delta_eye_arr'] blink table; procedural blinks are off.", path)
+    return table
+
+
+def synthetic_blink_table(rows: int = 7) -> Tensor:
+    """(rows, 63) float32 stand-in for Ditto's recorded blink, for random-weights smoke runs.
+
+    The eyelid keypoints move down and back up along a parabola (0 at the first and last row,
+    so row 0 is "eyes open" like the real table); every other channel stays 0. The values
+    mean nothing for random networks: the table only makes the blink code paths run.
+    """
+    from ..motion.motion_stitch import EYE_KP  # the motion package builds on this one: import late
+
+    bump = 1 - torch.linspace(-1, 1, rows) ** 2
+    table = torch.zeros(rows, NUM_KP, 3)
+    table[:, list(EYE_KP), 1] = 0.02 * bump[:, None]
+    return table.reshape(rows, 3 * NUM_KP)
 
 
 def random_ditto_models(
@@ -64,8 +103,8 @@ def random_ditto_models(
 ) -> DittoModels:
     """The six networks with their default random initialisation: for smoke tests without files.
 
-    They go through the same inference rewrites as loaded ones, so every code path downstream
-    is the real one.
+    They go through the same inference rewrites as loaded ones, and carry a
+    :func:`synthetic_blink_table`, so every code path downstream is the real one.
     """
     device = torch.device(device)
     modules = {}
@@ -77,4 +116,5 @@ def random_ditto_models(
             if callable(prepare):
                 prepare()
             modules[name] = module.to(device=device, dtype=torch.float32 if name in ALWAYS_FP32 else dtype)
-    return DittoModels(**modules, device=device, dtype=dtype, identity=f"random-seed-{seed}")
+    return DittoModels(**modules, device=device, dtype=dtype, identity=f"random-seed-{seed}",
+                       blink_table=synthetic_blink_table().to(device))
