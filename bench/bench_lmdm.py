@@ -1,14 +1,17 @@
-"""Time LMDM DDIM sampling per 80-frame window on CUDA: naive vs eager vs CUDA graph.
+"""Time LMDM DDIM sampling per 80-frame window on CUDA, variants side by side.
 
 * naive: what the reference does, built from the same module: two separate passes per step
   (conditional, then unconditional), each re-encoding the condition;
 * eager: :class:`DDIMSampler` without graphs (condition encoded once per window, one 2B-row
   guided pass per step);
-* graph: the same loop recorded once into a CUDA graph and replayed.
+* graph_<precision>: the same loop recorded once into a CUDA graph and replayed, for each
+  matrix-product precision (fp32 = TF32 off, tf32, bf16);
+* compiled_<precision>: each step through ``torch.compile`` (fused kernels), then recorded.
 
-Weights are random unless ``--model-dir`` points at the official files (speed does not
-depend on the values). Strict fp32 (TF32 off) unless ``--tf32``. Prints JSON; ``--out``
-also writes it to a file.
+Every variant's window is compared with the fp32 eager window (``rel_l2_vs_fp32``): the error
+each fast mode costs. Weights are random unless ``--model-dir`` points at the official files
+(speed does not depend on the values; the error does, a little). Prints JSON; ``--out`` also
+writes it to a file.
 
     python bench/bench_lmdm.py --steps 25 50 --batch 1 --out bench_lmdm.json
 """
@@ -27,7 +30,7 @@ from bench_common import cuda_event_times, emit, summary_ms  # noqa: E402
 from ditto_core.models.checkpoints import load_network  # noqa: E402
 from ditto_core.models.keypoints import MOTION_DIM  # noqa: E402
 from ditto_core.models.lmdm import GUIDANCE_WEIGHT, LMDM, WINDOW  # noqa: E402
-from ditto_core.motion.lmdm_sampler import DDIMSampler, generate_motion  # noqa: E402
+from ditto_core.motion.lmdm_sampler import PRECISIONS, DDIMSampler, generate_motion  # noqa: E402
 
 
 def naive_window(sampler: DDIMSampler, kp: torch.Tensor, aud: torch.Tensor, x: torch.Tensor, noise: torch.Tensor):
@@ -43,6 +46,10 @@ def naive_window(sampler: DDIMSampler, kp: torch.Tensor, aud: torch.Tensor, x: t
         x = sampler.next_x(i, x_start, lmdm.noise_from_x0(x, t, x_start), noise[i])
 
 
+def rel_l2(got: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((got.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
 def time_ms(fn: Callable[[], object], warmup: int, reps: int) -> dict[str, float]:
     return summary_ms(cuda_event_times(fn, reps, warmup))
 
@@ -55,15 +62,13 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--naive-reps", type=int, default=5)
     parser.add_argument("--frames", type=int, default=394, help="sequence length for the end-to-end timing")
-    parser.add_argument("--tf32", action="store_true", help="allow TF32 matmuls (default: strict fp32)")
+    parser.add_argument("--compile", nargs="*", default=list(PRECISIONS), choices=PRECISIONS,
+                        help="precisions to also time with torch.compile'd steps (default: all)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_lmdm needs a CUDA GPU")
 
-    torch.backends.cuda.matmul.allow_tf32 = args.tf32
-    torch.backends.cudnn.allow_tf32 = args.tf32
-    torch.set_float32_matmul_precision("high" if args.tf32 else "highest")
     device = torch.device("cuda")
     torch.manual_seed(0)
     if args.model_dir:
@@ -81,40 +86,41 @@ def main() -> None:
         "device": torch.cuda.get_device_name(device),
         "torch": torch.__version__,
         "batch": b,
-        "tf32": args.tf32,
         "weights": "official" if args.model_dir else "random",
         "per_window": {},
     }
     with torch.no_grad():
         for steps in args.steps:
             eager = DDIMSampler(lmdm, steps, cuda_graph=False)
-            graphed = DDIMSampler(lmdm, steps, cuda_graph=True)
             noise = torch.randn(eager.noise_shape(b), device=device, generator=gen)
             inputs = (kp, aud, x_T, noise)
-
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graphed.sample(*inputs)  # warm-up run + capture
-            end.record()
-            end.synchronize()
-
+            ref = eager.sample(*inputs)
             row = {
                 "naive_two_pass": time_ms(lambda: naive_window(eager, *inputs), 1, args.naive_reps),
                 "eager": time_ms(lambda: eager.sample(*inputs), 2, args.reps),
-                "cuda_graph": time_ms(lambda: graphed.sample(*inputs), 2, args.reps),
-                "graph_first_call_ms": start.elapsed_time(end),
+                "naive_vs_eager_max_abs": (naive_window(eager, *inputs) - ref).abs().max().item(),
             }
-            ref = eager.sample(*inputs)
-            row["graph_vs_eager_max_abs"] = (graphed.sample(*inputs) - ref).abs().max().item()
-            row["naive_vs_eager_max_abs"] = (naive_window(eager, *inputs) - ref).abs().max().item()
-            for name in ("naive_two_pass", "eager"):
-                row[f"speedup_graph_vs_{name}"] = row[name]["median_ms"] / row["cuda_graph"]["median_ms"]
+            variants = {f"graph_{p}": DDIMSampler(lmdm, steps, precision=p) for p in PRECISIONS}
+            variants.update(
+                {f"compiled_{p}": DDIMSampler(lmdm, steps, precision=p, compile=True) for p in args.compile}
+            )
+            for name, sampler in variants.items():
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                sampler.sample(*inputs)  # warm-up run (and compilation) + capture
+                end.record()
+                end.synchronize()
+                row[name] = time_ms(lambda: sampler.sample(*inputs), 2, args.reps)
+                row[name]["first_call_ms"] = start.elapsed_time(end)
+                row[name]["rel_l2_vs_fp32"] = rel_l2(sampler.sample(*inputs), ref)
+                row[name]["speedup_vs_naive"] = row["naive_two_pass"]["median_ms"] / row[name]["median_ms"]
+            row["graph_fp32_vs_eager_max_abs"] = (variants["graph_fp32"].sample(*inputs) - ref).abs().max().item()
             report["per_window"][str(steps)] = row
 
             if b == 1:
                 cond = torch.randn(args.frames, lmdm.cond_dim, device=device, generator=gen)
-                for name, sampler in (("eager", eager), ("cuda_graph", graphed)):
-                    timing = time_ms(lambda: generate_motion(sampler, kp[0], cond, generator=gen), 1, 3)
+                for name in ("graph_fp32", *(f"compiled_{p}" for p in args.compile)):
+                    timing = time_ms(lambda: generate_motion(variants[name], kp[0], cond, generator=gen), 1, 3)
                     row[f"sequence_{args.frames}_frames_{name}"] = timing
 
     emit(report, args.out)

@@ -25,10 +25,14 @@ def _add_render(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda when available)")
     p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
     p.add_argument("--steps", type=int, default=25, help="DDIM steps of the motion diffusion (reference: 50)")
+    p.add_argument("--lmdm-precision", choices=("fp32", "tf32", "bf16"), default="fp32",
+                   help="motion diffusion arithmetic: fp32 reproduces Ditto; tf32 / bf16 are faster (README)")
+    p.add_argument("--lmdm-compile", action="store_true", help="torch.compile the motion diffusion steps")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--emo", type=int, default=4, help="emotion 0-7 (4: neutral)")
     p.add_argument("--blinks", type=int, default=0,
-                   help="procedural blinks: -1 off, 0 random spacing, N > 0 a blink every N frames")
+                   help="procedural blinks (need ditto_cfg/v0.4_hubert_cfg_pytorch.pkl under --models): -1 off, "
+                        "0 random 60-100 open-eye frames between blinks (Ditto's default), N > 0 exactly N")
     p.add_argument("--eye-lock", action="store_true", help="lock eye state to the source's frame 0")
     p.add_argument("--batch-size", type=int, default=0, help="frames per warp+decode batch (0: chosen from free VRAM)")
     p.add_argument("--crf", type=int, default=18)

@@ -1,6 +1,8 @@
 """DDIM sampling of the LMDM: schedule, 25-step parity, windowing, seeding, CUDA graphs."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -45,6 +47,14 @@ def test_step_coefficients_match_reference(ddim_case):
     np.testing.assert_allclose(sampler.c, meta["c"], rtol=1e-6, atol=1e-4)
 
 
+def test_step_coefficients_are_finite_for_every_step_count():
+    # 3 steps once gave c[0] = sqrt(-1e-8) = NaN, and with it a NaN motion sequence.
+    model = LMDM()
+    for steps in range(1, 201):
+        sampler = DDIMSampler(model, steps)
+        assert all(math.isfinite(v) and v >= 0 for v in (*sampler.c, *sampler.sigma, *sampler.alpha_next_sqrt)), steps
+
+
 def test_ddim_25_steps_parity(lmdm, ddim_case):
     inp = ddim_case["inputs"]
     assert inp["sampling_timesteps"] == 25
@@ -69,6 +79,42 @@ def test_injected_noise_shapes_are_checked(lmdm, ddim_case):
         sample_window(lmdm, inp["kp_cond"], inp["aud_cond"], 25, x_T=inp["x_T"], noise=inp["noise_list"][:5])
     with pytest.raises(InputError, match="steps must be between 1 and 1000"):
         DDIMSampler(lmdm, 0)
+
+
+# ---- precision modes ------------------------------------------------------------------------
+
+
+def _tf32_setting():
+    matmul = torch.backends.cuda.matmul
+    return matmul.fp32_precision if hasattr(matmul, "fp32_precision") else matmul.allow_tf32
+
+
+def test_bf16_sampler_is_close_to_fp32_and_leaves_the_network_alone(lmdm, ddim_case):
+    inp = ddim_case["inputs"]
+    args = (inp["kp_cond"], inp["aud_cond"], inp["x_T"], inp["noise_list"][:4])
+    want = DDIMSampler(lmdm, 5, precision="fp32").sample(*args)
+    sampler = DDIMSampler(lmdm, 5, precision="bf16")
+    got = sampler.sample(*args)
+    assert got.dtype == torch.float32
+    # A real bf16 run: not fp32 bit for bit, but a few bf16 ulps relative to the window.
+    assert 1e-5 < rel_l2(got, want) < 3e-2
+    assert all(p.dtype == torch.float32 for p in lmdm.parameters())
+    assert sampler._net is not lmdm
+
+
+def test_tf32_mode_restores_the_global_setting(lmdm, ddim_case):
+    inp = ddim_case["inputs"]
+    before = _tf32_setting()
+    for precision in ("tf32", "fp32"):
+        sampler = DDIMSampler(lmdm, 2, precision=precision)
+        assert sampler._net is lmdm  # no copy outside bf16
+        sampler.sample(inp["kp_cond"], inp["aud_cond"], inp["x_T"], inp["noise_list"][:1])
+        assert _tf32_setting() == before
+
+
+def test_unknown_precision_is_refused(lmdm):
+    with pytest.raises(InputError, match="precision must be one of fp32, tf32, bf16"):
+        DDIMSampler(lmdm, 25, precision="fp16")
 
 
 # ---- windowing over a sequence ------------------------------------------------------------
@@ -258,3 +304,22 @@ def test_cuda_graph_replay_equals_eager():
         for s in (eager, graphed)
     ]
     torch.testing.assert_close(seqs[1], seqs[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_compiled_graph_equals_eager(precision):
+    """torch.compile'd steps recorded into the window graph give the eager answer of the same precision."""
+    torch.manual_seed(0)
+    model = LMDM().cuda().eval().requires_grad_(False)
+    eager = DDIMSampler(model, 25, cuda_graph=False, precision=precision)
+    compiled = DDIMSampler(model, 25, cuda_graph=True, precision=precision, compile=True)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for _ in range(2):
+        kp = torch.randn(1, D, device="cuda", generator=gen)
+        aud = torch.randn(1, W, 1103, device="cuda", generator=gen)
+        x_T = torch.randn(1, W, D, device="cuda", generator=gen)
+        noise = torch.randn(eager.noise_shape(1), device="cuda", generator=gen)
+        want = eager.sample(kp, aud, x_T, noise)
+        # Inductor reorders reductions: fp32 agrees to rounding, bf16 to a few bf16 ulps.
+        assert rel_l2(compiled.sample(kp, aud, x_T, noise), want) < (1e-5 if precision == "fp32" else 2e-2)

@@ -12,23 +12,31 @@ window's reference frame, and pose channels are smoothed with a short moving ave
 
 All randomness comes from one ``torch.Generator``; the per-step noise is drawn once per
 sequence and shared by every window, as the reference does.
+
+Precision: ``fp32`` (TF32 off) is the reference's arithmetic. ``tf32`` and ``bf16`` are faster
+modes for the matrix products only: LayerNorm, softmax statistics, the residual stream and the
+DDIM update stay float32 in every mode. Each mode's error against fp32 is measured by
+``bench/bench_lmdm.py`` and stated in the README.
 """
 from __future__ import annotations
 
+import copy
 import math
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import Callable, Optional, Protocol
+from typing import Callable, Iterator, Optional, Protocol
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..errors import InputError
 from ..models.keypoints import MOTION_DIM
-from ..models.lmdm import DIFFUSION_STEPS, LMDM, WINDOW, cosine_alphas_cumprod
+from ..models.lmdm import DIFFUSION_STEPS, LMDM, WINDOW, RotaryAttention, cosine_alphas_cumprod
 from ..progress import ProgressCallback, report
 
 __all__ = [
+    "PRECISIONS",
     "DDIMSampler",
     "WindowSampler",
     "cosine_alphas_cumprod",
@@ -39,6 +47,9 @@ __all__ = [
 
 POSE_DIMS = 202
 """Leading motion channels that are smoothed: scale, the three pose-bin logit sets and t."""
+
+PRECISIONS = ("fp32", "tf32", "bf16")
+"""Matrix-product precision of the sampler (see the module docstring)."""
 
 
 def ddim_time_pairs(steps: int, num_train_steps: int = DIFFUSION_STEPS) -> list[tuple[int, int]]:
@@ -110,18 +121,30 @@ class DDIMSampler:
         lmdm: the network (its device decides where sampling runs).
         steps: number of DDIM steps (25 is Ditto's fast setting, 50 its default).
         cuda_graph: on CUDA, record the window once per input shape and replay it after.
+        precision: one of :data:`PRECISIONS`; ``fp32`` reproduces the reference.
+        compile: run each guided step through ``torch.compile`` (fewer, fused kernels; the
+            first window pays the compilation). Combined with ``cuda_graph`` the compiled step
+            is recorded into the window's graph like the eager one.
 
     Call :meth:`sample` with injected ``x_T`` and ``noise`` (see :meth:`noise_shape`), or use
     :func:`sample_window` to draw them from a generator. Build the sampler after moving the
     network to its device; recorded graphs keep reading its weights in place, so loading new
-    weights with ``load_state_dict`` is fine but moving the network is not.
+    weights with ``load_state_dict`` is fine but moving the network is not. ``bf16`` samples
+    with a copy of the matrix weights made here: build a new sampler after loading weights.
     """
 
-    def __init__(self, lmdm: LMDM, steps: int = 25, cuda_graph: bool = True) -> None:
+    def __init__(
+        self, lmdm: LMDM, steps: int = 25, cuda_graph: bool = True, precision: str = "fp32", compile: bool = False
+    ) -> None:
+        if precision not in PRECISIONS:
+            raise InputError(f"LMDM precision must be one of {', '.join(PRECISIONS)}, got {precision!r}.")
         pairs = ddim_time_pairs(steps, lmdm.alphas_cumprod.shape[0])
         self.lmdm = lmdm
         self.steps = steps
         self.cuda_graph = cuda_graph
+        self.precision = precision
+        self._net = _bf16_matmul_copy(lmdm) if precision == "bf16" else lmdm
+        self._guided_step = torch.compile(self._net.guided_step, dynamic=False) if compile else self._net.guided_step
         device = lmdm.alphas_cumprod.device
         alpha = lmdm.alphas_cumprod.detach().float().cpu()  # once, at setup: host floats below
         t, t_next = (torch.tensor(col) for col in zip(*pairs))
@@ -129,7 +152,9 @@ class DDIMSampler:
         sigma = ((1 - a / a_next) * (1 - a_next) / (1 - a)).sqrt()
         # Python floats: constants baked into the step loop (and into a captured graph).
         self.alpha_next_sqrt: tuple[float, ...] = tuple(a_next.sqrt().tolist())
-        self.c: tuple[float, ...] = tuple((1 - a_next - sigma**2).sqrt().tolist())
+        # 1 - ᾱ' - σ² is >= 0 in exact arithmetic but cancels to ~0 where ᾱ is tiny (the first
+        # step); at 3 steps float32 rounds it below zero and the square root would be NaN.
+        self.c: tuple[float, ...] = tuple((1 - a_next - sigma**2).clamp_min(0).sqrt().tolist())
         self.sigma: tuple[float, ...] = tuple(sigma.tolist())
         self.timesteps = t.to(device)  # (steps,) int64: the model's t at each step
         self._graphs: dict[tuple, _CapturedWindow] = {}
@@ -173,7 +198,11 @@ class DDIMSampler:
 
     def _run(self, kp_cond: Tensor, aud_cond: Tensor, x: Tensor, noise: Tensor) -> Tensor:
         """The eager loop; nothing in it reads device values back to the host."""
-        lmdm, b = self.lmdm, x.shape[0]
+        with _matmul_precision(self.precision, x.device):
+            return self._loop(kp_cond, aud_cond, x, noise)
+
+    def _loop(self, kp_cond: Tensor, aud_cond: Tensor, x: Tensor, noise: Tensor) -> Tensor:
+        lmdm, b = self._net, x.shape[0]
         condition = lmdm.encode_guidance(kp_cond, aud_cond)
         rows = 2 * b  # conditional + null rows per step
         # Everything that depends on t alone, for all steps at once: (steps x 2B) rows.
@@ -182,12 +211,52 @@ class DDIMSampler:
         times = lmdm.time_condition(every_t, tiled)
 
         def step(i: int, x: Tensor) -> tuple[Tensor, Tensor]:
-            return lmdm.guided_step(x, self.timesteps[i].expand(b), condition, times.rows(i * rows, (i + 1) * rows))
+            return self._guided_step(x, self.timesteps[i].expand(b), condition, times.rows(i * rows, (i + 1) * rows))
 
         for i in range(self.steps - 1):
             pred_noise, x_start = step(i, x)
             x = self.next_x(i, x_start, pred_noise, noise[i])
         return step(self.steps - 1, x)[1]
+
+
+@contextmanager
+def _matmul_precision(precision: str, device: torch.device) -> Iterator[None]:
+    """Matrix products in ``precision`` while the block runs (and in anything it records).
+
+    The TF32 switch is process-wide, so it is set for the block only and restored after; a
+    CUDA graph recorded inside keeps the kernels chosen at recording time.
+    """
+    if precision == "bf16":
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            yield
+        return
+    matmul = torch.backends.cuda.matmul
+    # torch >= 2.9 has a per-backend precision setting; reading the legacy flag after someone
+    # used it raises, so only the legacy flag is touched where the new one does not exist.
+    name = "fp32_precision" if hasattr(matmul, "fp32_precision") else "allow_tf32"
+    saved = getattr(matmul, name)
+    tf32 = precision == "tf32"
+    setattr(matmul, name, ("tf32" if tf32 else "ieee") if name == "fp32_precision" else tf32)
+    try:
+        yield
+    finally:
+        setattr(matmul, name, saved)
+
+
+def _bf16_matmul_copy(lmdm: LMDM) -> LMDM:
+    """A copy of ``lmdm`` whose matrix weights (every ``F.linear`` operand) are bfloat16.
+
+    Under bf16 autocast these are used as they are instead of being cast again at every step;
+    everything else (LayerNorm, embeddings, buffers) stays float32, and autocast keeps the
+    operations that need it in float32.
+    """
+    shadow = copy.deepcopy(lmdm)
+    with torch.no_grad():
+        for module in shadow.modules():
+            for param in module.parameters(recurse=False):
+                if isinstance(module, (nn.Linear, RotaryAttention)):
+                    param.data = param.data.to(torch.bfloat16)
+    return shadow
 
 
 def sample_window(

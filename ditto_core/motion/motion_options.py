@@ -17,6 +17,7 @@ from torch import Tensor
 
 from ..errors import InputError
 from ..models.keypoints import NUM_KP
+from .lmdm_sampler import PRECISIONS
 
 NUM_EMOTIONS = 8
 EMOTIONS = ("angry", "disgust", "fear", "happy", "neutral", "sad", "surprise", "contempt")
@@ -72,6 +73,11 @@ class MotionOptions:
     """Temporal mean-filter width on the sampled pose/scale (1 disables it)."""
     fix_kp_cond: int = 0
     """Every this many windows, reset the keypoint condition to the source pose (0: never)."""
+    sampler_precision: str = "fp32"
+    """Matrix-product precision of the LMDM: "fp32" (the reference's numbers), "tf32" or "bf16"
+    (faster; errors in the README)."""
+    sampler_compile: bool = False
+    """Run the LMDM steps through ``torch.compile`` (faster windows after a one-off compile)."""
 
     # -- stitch --
     use_d_keys: Optional[Union[Sequence[str], Mapping[str, float]]] = None
@@ -148,7 +154,7 @@ class MotionOptions:
     def validate(self) -> None:
         """Raise :class:`InputError` naming the first option out of range."""
         self._check_emo()
-        for name in ("eye_f0_mode", "relative_d", "flag_stitching"):
+        for name in ("eye_f0_mode", "relative_d", "flag_stitching", "sampler_compile"):
             _check(name, getattr(self, name), isinstance(getattr(self, name), bool), "True or False")
         _check("drive_eye", self.drive_eye, self.drive_eye is None or isinstance(self.drive_eye, bool),
                "None (image: yes, video: no), True or False")
@@ -157,6 +163,8 @@ class MotionOptions:
         _check_int("overlap_v2", self.overlap_v2, 0, LMDM_WINDOW - 1)
         _check_int("smo_k_d", self.smo_k_d, 1, None)
         _check_int("fix_kp_cond", self.fix_kp_cond, 0, None)
+        _check("sampler_precision", self.sampler_precision, self.sampler_precision in PRECISIONS,
+               f"one of {', '.join(PRECISIONS)}")
         self._check_use_d_keys()
         self._check_blinks()
         for axis in ("pitch", "yaw", "roll"):
