@@ -52,10 +52,15 @@ def summary_ms(times_ms: list[float]) -> dict[str, float]:
 
 
 def emit(result: dict[str, Any], out: Optional[Path], quiet: bool = False) -> None:
-    """Print the result as JSON and, with ``out``, write it there too."""
+    """Print the result as JSON and, with ``out``, write it there too.
+
+    ``quiet``: print only where the file went (for scripts that printed a table already).
+    """
     text = json.dumps(result, indent=2, default=str)
     if not quiet:
         print(text)
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(text + "\n")
+        if quiet:
+            print(f"wrote {out}")

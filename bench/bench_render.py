@@ -69,9 +69,9 @@ ERROR_FRAMES = 4
 COMPILE_GUESS_S = 90.0
 # A second process that needs longer than this is not using the cache at all.
 CHILD_TIMEOUT_S = 300
-PORTRAIT_CANDIDATES = (
-    REPO.parent / "shared" / "data" / "ditto_example" / "portrait.jpg",
-    REPO / "shared" / "data" / "ditto_example" / "portrait.jpg",
+PORTRAIT_CANDIDATES = tuple(
+    Path(root) / "data" / "ditto_example" / "portrait.jpg"
+    for root in (*filter(None, [os.environ.get("DITTO_SHARED")]), REPO.parent / "shared", REPO / "shared")
 )
 
 # Issue 5's goals on one H200: (comparison, threshold).
@@ -347,7 +347,22 @@ def reference_renders(nets: tuple[nn.Module, nn.Module], scene: Scene, frames: i
 
 
 def compile_from_cache(precision: str, batch: int, settings: Settings, cache_dir: Path) -> dict:
-    """Bring a compiled engine to steady state in a fresh process sharing the compile cache."""
+    """What a relaunch pays: two fresh processes share a new compile cache; the first compiles
+    cold, the second is timed.
+
+    This process's own compile is not the baseline: its graph saw inputs made by the other
+    stages of the benchmark and did not match a fresh process's (measured: a full recompile,
+    22 s, where an identical process needs 4.4 s).
+    """
+    cache = cache_dir / "relaunch"
+    cold = _child_process_compile(precision, batch, settings, cache)
+    if "error" in cold:
+        return cold
+    return {**_child_process_compile(precision, batch, settings, cache), "cold_process": cold}
+
+
+def _child_process_compile(precision: str, batch: int, settings: Settings, cache_dir: Path) -> dict:
+    """Bring a compiled engine to steady state in a fresh process using ``cache_dir``."""
     command = [sys.executable, str(Path(__file__).resolve()), "--child-compile", precision, "--batch", str(batch),
                "--side", str(settings.side), "--device", str(settings.device), "--cache-dir", str(cache_dir)]
     start = time.perf_counter()
@@ -355,7 +370,7 @@ def compile_from_cache(precision: str, batch: int, settings: Settings, cache_dir
         done = subprocess.run(command, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
                               env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir)})
     except subprocess.TimeoutExpired:
-        return {"error": f"the second process took more than {CHILD_TIMEOUT_S} s"}
+        return {"error": f"a compile process took more than {CHILD_TIMEOUT_S} s"}
     if done.returncode != 0:
         return {"error": done.stderr[-2000:]}
     child = json.loads(done.stdout.strip().splitlines()[-1])
@@ -371,7 +386,21 @@ def child_compile(args: argparse.Namespace) -> None:
     engine, ready_s = compiled_engine(nets, args.batch, args.cache_dir, f_s, motion.kp_source, motion.kp_driving,
                                       device)
     print(json.dumps({"compile_first_s": engine.stats.compile_seconds, "compile_ready_s": ready_s,
-                      "compiled": engine.stats.compiled}))
+                      "compiled": engine.stats.compiled, "breakdown_s": compile_breakdown()}))
+
+
+def compile_breakdown() -> dict:
+    """Where this process's compile time went (Dynamo's own timers) and which caches hit."""
+    from torch._dynamo.utils import compile_times, counters
+
+    names, seconds = compile_times(repr="csv", aggregate=True)
+    timers = dict(zip(names, (float(s) for s in seconds)))
+    phases = ("_compile.compile_inner", "bytecode_tracing", "OutputGraph.call_user_compiler",
+              "create_aot_dispatcher_function", "compile_fx_inner", "fx_codegen_and_compile",
+              "PyCodeCache.load_by_key_path", "async_compile.wait", "build_guards")
+    caches = {f"{group}.{key}": value for group in ("aot_autograd", "inductor")
+              for key, value in counters[group].items() if "cache" in key}
+    return {**{phase: round(timers[phase], 3) for phase in phases if phase in timers}, **caches}
 
 
 # ----------------------------------------------------------------------------------- end to end
@@ -416,20 +445,22 @@ def run_ours(engine: WarpDecodeEngine, scene: Scene, settings: Settings, path: P
     sync(device)
     gpu_s = time.perf_counter() - start
 
-    start = time.perf_counter()
-    with VideoWriter(path, width=settings.width, height=settings.height, fps=FPS, crf=settings.crf,
-                     preset=settings.preset) as writer:
-        stamps = first_encode_clock(writer)
-        for first, renders in engine.iter_render(scene.source, motion):
-            writer.write(paste(first, renders))
-    delivered_s = time.perf_counter() - start
-    return {
-        "frames": frames,
-        "gpu_fps": frames / gpu_s,
-        "delivered_fps": frames / delivered_s,
-        "first_frame_ms": 1000 * (stamps[0] - start) if stamps else None,
-        "mp4_frames": count_frames(path),
-    }
+    result = {"frames": frames, "gpu_fps": frames / gpu_s}
+    # Side by side: the engine's small eager first batch, and the whole first batch through the graph.
+    ramp = engine.first_batch
+    for suffix, first_batch in (("", ramp), ("_without_ramp", 0)):
+        engine.first_batch = first_batch
+        start = time.perf_counter()
+        with VideoWriter(path, width=settings.width, height=settings.height, fps=FPS, crf=settings.crf,
+                         preset=settings.preset) as writer:
+            stamps = first_encode_clock(writer)
+            for first, renders in engine.iter_render(scene.source, motion):
+                writer.write(paste(first, renders))
+        delivered_s = time.perf_counter() - start
+        result[f"delivered_fps{suffix}"] = frames / delivered_s
+        result[f"first_frame_ms{suffix}"] = 1000 * (stamps[0] - start) if stamps else None
+    engine.first_batch = ramp
+    return {**result, "first_batch": ramp, "mp4_frames": count_frames(path)}
 
 
 class FrameByFrameWriter:
@@ -586,6 +617,8 @@ def table_rows(results: dict) -> list[tuple[str, object, object, str]]:
         rows.append((f"end to end {name}: GPU-side frames/s", r.get("gpu_fps"), None, "gpu_fps"))
         rows.append((f"end to end {name}: first encoded frame ms", r.get("first_frame_ms"),
                      stock.get("first_frame_ms"), "first_frame_ms"))
+        rows.append(("  the same, first batch through the graph", r.get("first_frame_ms_without_ramp"), None,
+                     "first_frame_ms"))
     return [row for row in rows if row[1] is not None or row[2] is not None]
 
 
@@ -685,7 +718,7 @@ def main() -> None:
             except Exception as error:  # one failing precision must not lose the other numbers
                 results["warp_decode"][precision] = {"batch_size": batch, "error": f"{type(error).__name__}: {error}"}
                 continue
-            if i == 0 and budget.allows("compile from cache", budget.compile_estimate / 2 + 30):
+            if i == 0 and budget.allows("compile from cache", budget.compile_estimate + 40):
                 results["compile_from_cache"] = compile_from_cache(precision, batch, settings, cache_dir)
         first = settings.precisions[0]
         first_ok = "error" not in results["warp_decode"][first]
@@ -698,8 +731,6 @@ def main() -> None:
 
     print_table(results)
     emit(results, args.out, quiet=args.out is not None)
-    if args.out:
-        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import logging
 import math
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
@@ -23,6 +23,7 @@ from .audio.loading import load_audio, to_mono_16k
 from .errors import InputError, MissingModelError
 from .models.checkpoints import HF_REPO, NETWORKS, find_network_file
 from .models.ditto_models import DittoModels, load_ditto_models, random_ditto_models
+from .models.official_config import CONFIG_DIR, CONFIG_FILE, find_config
 from .motion.conditions import build_conditions, build_kp_condition
 from .motion.lmdm_sampler import DDIMSampler, generate_motion
 from .motion.motion_options import MotionOptions
@@ -53,8 +54,12 @@ def check_model_files(model_dir: Path, detect_face: bool = True) -> None:
     missing += [f"{name} -> {model_dir}/aux_models/" for name in aux_needed]
     if missing:
         lines = "\n  ".join(missing)
+        optional = ""
+        if find_config(model_dir) is None:
+            optional = (f"Optional, for Ditto's procedural blinks: {CONFIG_FILE} -> {model_dir}/{CONFIG_DIR}/ "
+                        f"(from {CONFIG_DIR}/ on HuggingFace).\n")
         raise MissingModelError(
-            f"Ditto needs these model files, which are not in {model_dir.resolve()}:\n  {lines}\n"
+            f"Ditto needs these model files, which are not in {model_dir.resolve()}:\n  {lines}\n{optional}"
             f"Download them from HuggingFace {HF_REPO} (the .pth files from ditto_pytorch/models/, the others "
             f"from ditto_pytorch/aux_models/). Inside ComfyUI the folder is ComfyUI/models/ditto/. To try "
             f"the pipeline without them, add --random-weights."
@@ -109,7 +114,7 @@ class DittoPipeline:
         self.batch_size = batch_size
         self.model_dir = model_dir  # where face models missing from ``aux`` are loaded from on demand
         self.times = StageTimes()
-        self._samplers: dict[int, DDIMSampler] = {}
+        self._samplers: dict[tuple[int, str, bool], DDIMSampler] = {}
         self._engines: dict[tuple[int, bool], WarpDecodeEngine] = {}
 
     @property
@@ -178,26 +183,41 @@ class DittoPipeline:
         self.times.record("audio_features", start, self.device)
         return features
 
-    def sampler(self, steps: int) -> DDIMSampler:
-        """One sampler per step count, kept so its captured CUDA graphs are reused."""
-        if steps not in self._samplers:
-            self._samplers[steps] = DDIMSampler(self.models.lmdm, steps=steps)
-        return self._samplers[steps]
+    def sampler(self, steps: int, precision: str = "fp32", compile: bool = False) -> DDIMSampler:
+        """One sampler per setting, kept so its captured CUDA graphs (and compiled steps) are reused."""
+        key = (steps, precision, compile)
+        if key not in self._samplers:
+            self._samplers[key] = DDIMSampler(self.models.lmdm, steps=steps, precision=precision, compile=compile)
+        return self._samplers[key]
 
     def motion(
         self, source: SourceInfo, audio: AudioFeatures, options: MotionOptions,
         progress: Optional[ProgressCallback] = None,
     ) -> MotionSequence:
         start = time.perf_counter()
+        options = self._with_blink_table(options)
         cond = build_conditions(audio, source, options, self.models.cond_dim)
         generator = torch.Generator(self.device).manual_seed(options.seed)
+        sampler = self.sampler(options.steps, options.sampler_precision, options.sampler_compile)
         vectors = generate_motion(
-            self.sampler(options.steps), build_kp_condition(source)[0], cond, overlap=options.overlap_v2,
+            sampler, build_kp_condition(source)[0], cond, overlap=options.overlap_v2,
             smoothing=options.smo_k_d, fix_kp_cond=options.fix_kp_cond, generator=generator, progress=progress,
         )
         motion = stitch_motion(vectors, source, self.models.stitch_network, options)
         self.times.record("motion", start, self.device)
         return motion
+
+    def _with_blink_table(self, options: MotionOptions) -> MotionOptions:
+        """``options`` with the models' blink table filled in, as Ditto does with its config.
+
+        As in Ditto, the table is used with blinks off too (``delta_eye_open_n == -1``): every
+        frame then shows its open row, so the eyes stay the source's. Left as they are when the
+        options bring their own table or no table was loaded.
+        """
+        table = self.models.blink_table
+        if table is None or options.delta_eye_arr is not None:
+            return options
+        return replace(options, delta_eye_arr=table)
 
     def face_models(self, options: Optional[RegistrationOptions]) -> AuxModels:
         """The face models, with the detection set loaded on first need.
@@ -253,6 +273,7 @@ class DittoPipeline:
         source = self.register(frames, registration, is_image=is_image, name=str(source_path))
         features = self.audio_features(waveform, rate, name=str(audio_path))
         motion = self.motion(source, features, motion_options or MotionOptions())
+        del features  # (frames, 1024) on the device: the render's memory must not grow with the clip
         return self.render_video(source, motion, out_path, audio=(waveform, rate), crf=crf, preset=preset,
                                  progress=progress)
 
@@ -262,7 +283,8 @@ def render_cli(args) -> Path:
     dtype = DTYPES[args.precision]
     registration = RegistrationOptions(detect_face=not args.random_weights)
     motion_options = MotionOptions(steps=args.steps, seed=args.seed, emo=args.emo, eye_f0_mode=args.eye_lock,
-                                   delta_eye_open_n=args.blinks)
+                                   delta_eye_open_n=args.blinks, sampler_precision=args.lmdm_precision,
+                                   sampler_compile=args.lmdm_compile)
     common = dict(device=args.device, dtype=dtype, batch_size=args.batch_size)
     with tempfile.TemporaryDirectory(prefix="ditto_") as workdir:
         if args.random_weights:

@@ -173,7 +173,7 @@ class Graph:
 MODELS = dict(model_folder=".", device="auto", precision="auto", download_missing=False)
 REGISTER = dict(detect_face=True, use_cache=True, crop_scale=2.3, crop_vx_ratio=0.0, crop_vy_ratio=-0.125,
                 face_index=-1, max_size=1920, video_smoothing=13)
-SAMPLER = dict(steps=25, seed=0, overlap=10, smoothing=3)
+SAMPLER = dict(steps=25, seed=0, overlap=10, smoothing=3, precision="fp32 (exact)")
 RENDER = dict(batch_size=0, compile=True)
 SAVE = dict(crf=18, preset="medium")
 
@@ -215,7 +215,7 @@ def eye_lock_steps_comparison() -> Graph:
     g = Graph()
     models, image, audio = _inputs(g)
     source, features = _analysed(g, models, image, audio)
-    options = g.add("DittoMotionOptions", (360, 560), emotion="neutral", eye_lock=True, drive_eye="off",
+    options = g.add("DittoMotionOptions", (360, 560), emotion="neutral", eye_lock=True, drive_eye="off", blinks="off",
                     pitch_offset=0.0, yaw_offset=0.0, roll_offset=0.0, fade_to="none", fade_in=0, fade_out=0,
                     stitching=True)
     for row, steps in enumerate((25, 50)):

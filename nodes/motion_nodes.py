@@ -17,6 +17,14 @@ from .runtime import comfy_progress, timed_stage
 SEED_MAX = 0xFFFF_FFFF_FFFF_FFFF
 _TRI_STATE = {"auto": None, "on": True, "off": False}
 _FADE_TARGETS = {"none": "", "first generated frame": "d0", "source": "s"}
+_SAMPLER_MODES = {
+    "fp32 (exact)": ("fp32", False),
+    "tf32 (2x faster)": ("tf32", False),
+    "bf16 compiled (fastest, compiles once)": ("bf16", True),
+}
+"""LMDM Sampler speed choice -> (``MotionOptions.sampler_precision``, ``sampler_compile``)."""
+_BLINKS = {"random, 2.4-4 s apart (Ditto)": 0, "2 s apart": 50, "3 s apart": 75, "5 s apart": 125, "off": -1}
+"""Blink choice -> ``MotionOptions.delta_eye_open_n`` (open-eye frames between blinks at 25 fps)."""
 
 
 class MotionOptionsNode(io.ComfyNode):
@@ -39,6 +47,11 @@ class MotionOptionsNode(io.ComfyNode):
                 io.Combo.Input("drive_eye", options=list(_TRI_STATE), default="auto",
                                tooltip="Whether the eyes follow the generated motion: 'auto' yes for a still "
                                        "portrait, no for a video source (the video keeps its own eyes)."),
+                io.Combo.Input("blinks", options=list(_BLINKS), default=next(iter(_BLINKS)),
+                               tooltip="Procedural blinks, replayed from Ditto's recorded blink: they need "
+                                       "models/ditto/ditto_cfg/v0.4_hubert_cfg_pytorch.pkl (HuggingFace folder "
+                                       "ditto_cfg/) and do nothing without it. They show where the eyes are "
+                                       "driven (see drive_eye). 'off': the eyes stay open, as in Ditto."),
                 io.Float.Input("pitch_offset", tooltip="Degrees added to the head pitch (nod; + looks down).", **angle),
                 io.Float.Input("yaw_offset", tooltip="Degrees added to the head yaw (turn left/right).", **angle),
                 io.Float.Input("roll_offset", tooltip="Degrees added to the head roll (tilt).", **angle),
@@ -55,13 +68,14 @@ class MotionOptionsNode(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, emotion: str, eye_lock: bool, drive_eye: str, pitch_offset: float, yaw_offset: float,
+    def execute(cls, emotion: str, eye_lock: bool, drive_eye: str, blinks: str, pitch_offset: float, yaw_offset: float,
                 roll_offset: float, fade_to: str, fade_in: int, fade_out: int, stitching: bool) -> io.NodeOutput:
         fade_type = _FADE_TARGETS[fade_to]
         options = MotionOptions(
             emo=EMOTIONS.index(emotion),
             eye_f0_mode=eye_lock,
             drive_eye=_TRI_STATE[drive_eye],
+            delta_eye_open_n=_BLINKS[blinks],
             delta_pitch=pitch_offset,
             delta_yaw=yaw_offset,
             delta_roll=roll_offset,
@@ -102,6 +116,11 @@ class LMDMSampler(io.ComfyNode):
                              tooltip="Frames shared by consecutive 80-frame windows, cross-faded to hide the seam."),
                 io.Int.Input("smoothing", default=defaults.smo_k_d, min=1, max=31,
                              tooltip="Moving-average width over frames for head pose and scale (1: off)."),
+                io.Combo.Input("precision", options=list(_SAMPLER_MODES), default=next(iter(_SAMPLER_MODES)),
+                               tooltip="Arithmetic of the diffusion network. fp32 reproduces Ditto's numbers; tf32 "
+                                       "is about 2x faster (motion within 7e-4 of fp32); bf16 compiled about 4x "
+                                       "(within about 1e-2; the first run compiles for 10-15 s). Motion is a "
+                                       "small share of a render either way."),
                 T.MOTION_OPTIONS.Input("options", optional=True,
                                        tooltip="From Eye Lock / Motion Options; Ditto's defaults when unconnected."),
             ],
@@ -110,8 +129,10 @@ class LMDMSampler(io.ComfyNode):
 
     @classmethod
     def execute(cls, models: ModelHandle, source: SourceInfo, audio_features: AudioFeatures, steps: int, seed: int,
-                overlap: int, smoothing: int, options: Optional[MotionOptions] = None) -> io.NodeOutput:
-        options = replace(options or MotionOptions(), steps=steps, seed=seed, overlap_v2=overlap, smo_k_d=smoothing)
+                overlap: int, smoothing: int, precision: str, options: Optional[MotionOptions] = None) -> io.NodeOutput:
+        sampler_precision, sampler_compile = _SAMPLER_MODES[precision]
+        options = replace(options or MotionOptions(), steps=steps, seed=seed, overlap_v2=overlap, smo_k_d=smoothing,
+                          sampler_precision=sampler_precision, sampler_compile=sampler_compile)
         with timed_stage("LMDM Sampler", models.torch_device) as timer:
             motion = REGISTRY.pipeline(models).motion(source, audio_features, options, comfy_progress())
         return io.NodeOutput(motion, ui=timer.ui(len(motion)))

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from tests.comfy_stubs import load_pack
+from tests.official_config_support import official_shaped_config
 
 pack = load_pack()
 
@@ -84,7 +85,7 @@ def features(handle):
 
 def sample(handle, source, features, seed: int, options=None):
     return NODES["DittoLMDMSampler"].execute(models=handle, source=source, audio_features=features, steps=2, seed=seed,
-                                            overlap=10, smoothing=3, options=options)
+                                            overlap=10, smoothing=3, precision="fp32 (exact)", options=options)
 
 
 class TinyWarp(nn.Module):
@@ -165,12 +166,29 @@ def test_audio_features_one_row_per_video_frame(features, handle):
         NODES["DittoAudioFeatures"].execute(models=handle, audio=torch.zeros(100))
 
 
+def test_sampler_precision_widget_reaches_the_sampler(handle, source, features, monkeypatch):
+    pipeline = REGISTRY.pipeline(handle)
+    exact, asked = pipeline.sampler, []
+
+    def sampler(steps, precision, compile):
+        asked.append((precision, compile))
+        return exact(steps)  # sample exactly: the mapping is under test, not the fast modes
+
+    monkeypatch.setattr(pipeline, "sampler", sampler)
+    widget = next(i for i in NODES["DittoLMDMSampler"].GET_SCHEMA().inputs if i.id == "precision")
+    assert widget.default == "fp32 (exact)"
+    for choice in widget.options:
+        NODES["DittoLMDMSampler"].execute(models=handle, source=source, audio_features=features, steps=2, seed=0,
+                                          overlap=10, smoothing=3, precision=choice)
+    assert asked == [("fp32", False), ("tf32", False), ("bf16", True)]
+
+
 def test_motion_options_map_widgets():
     node = NODES["DittoMotionOptions"]
-    widgets = dict(emotion="happy", eye_lock=True, drive_eye="off", pitch_offset=1.5, yaw_offset=-3.0, roll_offset=0.0,
-                   fade_to="none", fade_in=12, fade_out=0, stitching=False)
+    widgets = dict(emotion="happy", eye_lock=True, drive_eye="off", blinks="off", pitch_offset=1.5, yaw_offset=-3.0,
+                   roll_offset=0.0, fade_to="none", fade_in=12, fade_out=0, stitching=False)
     options = node.execute(**widgets)[0]
-    assert (options.emo, options.eye_f0_mode, options.drive_eye) == (3, True, False)
+    assert (options.emo, options.eye_f0_mode, options.drive_eye, options.delta_eye_open_n) == (3, True, False, -1)
     assert (options.delta_pitch, options.delta_yaw, options.flag_stitching) == (1.5, -3.0, False)
     assert (options.fade_type, options.fade_in) == ("", 0)  # a fade length without a target is dropped
     faded = node.execute(**{**widgets, "fade_to": "source"})[0]
@@ -297,6 +315,8 @@ def fake_hub(monkeypatch, official_ckpt_dir):
             shutil.copy(Path(official_ckpt_dir) / name, target)
         elif name.endswith(".onnx"):
             write_stub_hubert(target)  # any readable ONNX graph passes the download check
+        elif name.endswith(".pkl"):
+            target.write_bytes(official_shaped_config())
         else:
             with zipfile.ZipFile(target, "w") as bundle:  # a MediaPipe .task is a zip bundle
                 bundle.writestr("face_landmarks_detector.tflite", b"model")

@@ -1,6 +1,8 @@
 """Streaming MP4 writer: round trip through PyAV, audio length, atomic output, error propagation."""
 from __future__ import annotations
 
+import platform
+import sys
 from pathlib import Path
 
 import av
@@ -9,6 +11,8 @@ import pytest
 import torch
 
 from ditto_core.errors import DittoError, InputError
+from ditto_core.host_memory import trim_host_heap
+from ditto_core.video import writer as writer_module
 from ditto_core.video.writer import VideoWriter
 
 
@@ -151,3 +155,20 @@ def test_cuda_frames_are_copied_asynchronously(tmp_path):
     decoded = probe(target)["frames"]
     assert decoded.shape[0] == 40
     assert np.abs(decoded.astype(np.int16) - frames.numpy().astype(np.int16)).mean() < 2.0
+
+
+def test_leaving_the_writer_hands_freed_heap_back(tmp_path, monkeypatch):
+    """Each video's encoder thread leaves its frame buffers in a glibc arena; exit trims them."""
+    calls = []
+    monkeypatch.setattr(writer_module, "trim_host_heap", lambda: calls.append(True))
+    with VideoWriter(tmp_path / "ok.mp4", width=64, height=64, fps=25) as writer:
+        writer.write(torch.zeros(2, 64, 64, 3, dtype=torch.uint8))
+    with pytest.raises(RuntimeError):
+        with VideoWriter(tmp_path / "failed.mp4", width=64, height=64, fps=25):
+            raise RuntimeError("render failed")
+    assert calls == [True, True]
+    assert (tmp_path / "ok.mp4").exists() and not (tmp_path / "failed.mp4").exists()
+
+
+def test_trim_host_heap_reports_whether_it_could_run():
+    assert trim_host_heap() == (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc")

@@ -221,6 +221,20 @@ def test_compiled_path_pads_every_call_to_one_static_shape(fake_compile):
     assert engine.stats.compile_seconds is not None
 
 
+def test_compiled_engine_starts_each_clip_with_a_small_eager_batch(fake_compile):
+    warp, decoder = toy_networks()
+    source, motion = make_source(volumes(1)), make_motion(7)
+    engine = WarpDecodeEngine(warp, decoder, batch_size=4, first_batch=2)
+    for _ in range(2):  # every clip ramps, not only the first one
+        fake_compile.clear()
+        batches = list(engine.iter_render(source, motion))
+        assert [(first, images.shape[0]) for first, images in batches] == [(0, 2), (2, 4), (6, 1)]
+        # The two frames came from the eager path: the graph saw only the two full-size calls.
+        assert len(fake_compile) == 2 and all(call[1][0][0] == 4 for call in fake_compile)
+        got = torch.cat([images for _, images in batches])
+        assert rel_l2(got, unfused(warp, decoder, source, motion)) < 1e-6
+
+
 def test_compile_failure_falls_back_to_eager_and_says_why(monkeypatch, caplog):
     from torch._dynamo.exc import BackendCompilerFailed
 
@@ -275,6 +289,24 @@ def test_out_of_memory_at_batch_one_is_a_clear_error():
     engine = WarpDecodeEngine(warp, OutOfMemoryAbove(decoder, limit=0), batch_size=4, compile=False)
     with pytest.raises(DittoError, match="single frame") as info:
         engine.render(make_source(volumes(1)), make_motion(3))
+    assert isinstance(info.value.__cause__, torch.cuda.OutOfMemoryError)
+
+
+def test_no_room_for_the_rendered_clip_is_a_clear_error(monkeypatch):
+    """render() holds every frame: the allocation of that result fails before any rendering."""
+    warp, decoder = toy_networks()
+    source, motion = make_source(volumes(1)), make_motion(3)
+    allocate = torch.empty
+
+    def empty(*shape, **kwargs):
+        if shape == (3, 3, 32, 32):
+            raise torch.cuda.OutOfMemoryError("simulated: no room for the result")
+        return allocate(*shape, **kwargs)
+
+    monkeypatch.setattr(torch, "empty", empty)
+    engine = WarpDecodeEngine(warp, decoder, batch_size=2, compile=False)
+    with pytest.raises(DittoError, match=r"holding the 3 rendered frames .*free VRAM") as info:
+        engine.render(source, motion)
     assert isinstance(info.value.__cause__, torch.cuda.OutOfMemoryError)
 
 

@@ -34,8 +34,9 @@ log = logging.getLogger(__name__)
 
 # Peak activation memory of one frame through warp + decode at 64x64 features; used to size
 # batches from free VRAM. Measured by bench/bench_render.py ("peak_bytes_per_frame") on an
-# H200: 274 MiB in fp16 and bf16 (bench/measurements/2026-11-29-h200), used here with a margin
-# for allocator fragmentation; fp32 is not measured yet and keeps a conservative estimate.
+# H200: 274 MiB in fp16 and bf16 (bench/measurements/2026-11-29-h200), 242 MiB after the decoder's
+# sub-pixel rewrites (2026-11-30), used here with a margin for allocator fragmentation; fp32 is
+# not measured yet and keeps a conservative estimate.
 _BYTES_PER_FRAME = {torch.float32: 620 << 20, torch.float16: 310 << 20, torch.bfloat16: 310 << 20}
 MAX_BATCH = 32
 # The decoder's output side is this multiple of the feature volume's side (64 -> 512).
@@ -105,6 +106,9 @@ class WarpDecodeEngine(nn.Module):
             ``False`` always runs eagerly.
         cache_dir: where Inductor keeps compiled kernels across processes (see
             :func:`use_compile_cache`); ``None`` uses :func:`default_compile_cache_dir`.
+        first_batch: frames in the first batch of every clip when compiled, run eagerly: the
+            first frames reach the encoder after a few frames' work instead of a whole graph
+            batch's (time to first frame), and the graph takes over from the next batch.
     """
 
     def __init__(
@@ -114,6 +118,7 @@ class WarpDecodeEngine(nn.Module):
         batch_size: int = 0,
         compile: bool = True,
         cache_dir: Optional[Path] = None,
+        first_batch: int = 4,
     ) -> None:
         super().__init__()
         self.warp_network = warp_network
@@ -122,6 +127,7 @@ class WarpDecodeEngine(nn.Module):
         if batch_size < 0:
             raise InputError(f"WarpDecodeEngine: batch_size must be >= 0 (0 = automatic), got {batch_size}")
         self.batch_size = batch_size or auto_batch_size(self.device, self.dtype)
+        self.first_batch = first_batch
         ok, why = compile_available(self.device) if compile else (False, "compile is off")
         self.stats = EngineStats(compiled=ok, batch_size=self.batch_size, reason_eager=why)
         self._step: Optional[Callable[[Tensor, Tensor, Tensor], Tensor]] = None
@@ -152,11 +158,14 @@ class WarpDecodeEngine(nn.Module):
             )
         return self._render(f_s, kp_source, kp_driving)
 
-    def _render(self, f_s: Tensor, kp_source: Tensor, kp_driving: Tensor, index: Optional[Tensor] = None) -> Tensor:
+    def _render(
+        self, f_s: Tensor, kp_source: Tensor, kp_driving: Tensor, index: Optional[Tensor] = None, eager: bool = False
+    ) -> Tensor:
         """Render n frames; ``index`` (n,) picks each frame's volume from ``f_s`` (all source frames)."""
         n = kp_driving.shape[0]
+        compiled = self.stats.compiled and not eager
         # The compiled path always sees batch_size frames: one static shape, one CUDA graph.
-        size = self.batch_size if self.stats.compiled else n
+        size = self.batch_size if compiled else n
         if index is not None:
             rows = _pad(index, size)
         elif f_s.shape[0] == 1:  # one volume shared by every frame: expanded inside the graph
@@ -169,7 +178,7 @@ class WarpDecodeEngine(nn.Module):
         f_s = f_s.index_select(0, rows)
         args = (f_s.to(self.device, self.dtype), _pad_keypoints(kp_source, size, self.device),
                 _pad_keypoints(kp_driving, size, self.device))
-        if self.stats.compiled:
+        if compiled:
             try:
                 # CUDA-graph outputs live in a pool that the next replay overwrites: hand out a copy.
                 return self._run_compiled(args)[:n].clone()
@@ -206,10 +215,14 @@ class WarpDecodeEngine(nn.Module):
         kp_driving = motion.kp_driving.to(self.device, torch.float32)
         index = None if len(source) == 1 else motion.source_index.to(self.device)
         start = 0
+        ramp = self.stats.compiled and 0 < self.first_batch < self.batch_size
         while start < total:
-            rows = slice(start, min(start + self.batch_size, total))
+            first = ramp and start == 0
+            rows = slice(start, min(start + (self.first_batch if first else self.batch_size), total))
             try:
-                images = self._render(f_s, kp_source[rows], kp_driving[rows], None if index is None else index[rows])
+                images = self._render(
+                    f_s, kp_source[rows], kp_driving[rows], None if index is None else index[rows], eager=first
+                )
             except torch.cuda.OutOfMemoryError as error:
                 if self.batch_size == 1:
                     raise DittoError(
@@ -228,13 +241,23 @@ class WarpDecodeEngine(nn.Module):
     def render(
         self, source: SourceInfo, motion: MotionSequence, progress: Optional[ProgressCallback] = None
     ) -> RenderedFrames:
-        """All frames at once (for the node graph; the CLI streams through :meth:`iter_render`)."""
-        chunks = [images for _, images in self.iter_render(source, motion, progress)]
-        if chunks:
-            images = torch.cat(chunks)
-        else:
-            h, w = (_DECODER_UPSCALE * s for s in source.f_s.shape[-2:])
-            images = torch.empty(0, 3, h, w, device=self.device, dtype=self.dtype)
+        """All frames at once (for the node graph; the CLI streams through :meth:`iter_render`).
+
+        The result is allocated before the first batch and filled in place: joining the batches
+        at the end would need the whole clip twice, at the moment VRAM is fullest.
+        """
+        h, w = (_DECODER_UPSCALE * s for s in source.f_s.shape[-2:])
+        try:
+            images = torch.empty(len(motion), 3, h, w, device=self.device, dtype=self.dtype)
+        except torch.cuda.OutOfMemoryError as error:
+            size_mib = len(motion) * 3 * h * w * self.dtype.itemsize / 2**20
+            raise DittoError(
+                f"Ditto warp+decode ran out of GPU memory holding the {len(motion)} rendered frames "
+                f"({size_mib:.0f} MiB); free VRAM (unload other models), render in fp16/bf16, or render "
+                "straight to a file (Save Talking Head Video / the all-in-one node stream frame by frame)"
+            ) from error
+        for first, chunk in self.iter_render(source, motion, progress):
+            images[first : first + chunk.shape[0]] = chunk
         return RenderedFrames(images=images, source_index=motion.source_index, fps=motion.fps)
 
     def _shrink_batch(self) -> None:

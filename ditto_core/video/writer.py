@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from ..errors import DittoError, InputError
+from ..host_memory import trim_host_heap
 
 Waveform = Union[np.ndarray, Tensor]
 
@@ -185,10 +186,13 @@ class VideoWriter:
         exc: Optional[BaseException],
         traceback: Optional[TracebackType],
     ) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
+        try:
+            if exc_type is None:
+                self.close()
+            else:
+                self.abort()
+        finally:
+            trim_host_heap()  # the encoder thread's frame buffers, kept by its heap arena
 
     def _ensure_usable(self) -> None:
         """Raise if the writer is closed or the encoder thread has failed (cleaning up first)."""

@@ -1,0 +1,36 @@
+"""Hand freed host memory back to the operating system after a render.
+
+glibc serves each thread from its own heap arena and keeps what the thread frees for reuse.
+Every video gets a new encoder thread, so with many cores the first renders of a session
+each leave tens of MiB of freed-but-kept frame buffers in a fresh arena (measured on a
+16-core H200 host: resident memory grew about 400 MiB over the first nine renders, then
+stayed flat). ``malloc_trim`` releases the free pages of every arena at once. Elsewhere (musl,
+macOS, Windows) there is nothing to do.
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+from functools import lru_cache
+from typing import Callable, Optional
+
+__all__ = ["trim_host_heap"]
+
+
+@lru_cache(maxsize=1)
+def _malloc_trim() -> Optional[Callable[[int], int]]:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+def trim_host_heap() -> bool:
+    """Release free heap pages to the OS; returns whether anything could be asked for."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
