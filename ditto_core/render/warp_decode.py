@@ -253,8 +253,8 @@ class WarpDecodeEngine(nn.Module):
             size_mib = len(motion) * 3 * h * w * self.dtype.itemsize / 2**20
             raise DittoError(
                 f"Ditto warp+decode ran out of GPU memory holding the {len(motion)} rendered frames "
-                f"({size_mib:.0f} MiB); free VRAM (unload other models), render in fp16/bf16, or render "
-                "straight to a file (Save Talking Head Video / the all-in-one node stream frame by frame)"
+                f"({size_mib:.0f} MiB); free VRAM (unload other models), render in fp16/bf16, or use the "
+                "all-in-one Ditto Talking Head node (or the CLI), which streams batches straight into the MP4"
             ) from error
         for first, chunk in self.iter_render(source, motion, progress):
             images[first : first + chunk.shape[0]] = chunk
