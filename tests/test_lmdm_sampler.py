@@ -112,6 +112,26 @@ def test_tf32_mode_restores_the_global_setting(lmdm, ddim_case):
         assert _tf32_setting() == before
 
 
+def test_compiled_step_is_traced_once_for_every_step_count(monkeypatch):
+    """Changing the steps widget must not recompile the step (Dynamo gives up after 8 graphs)."""
+    import torch._dynamo
+
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: real_compile(fn, backend="eager", **kwargs))
+    torch._dynamo.reset()
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    model = LMDM().eval().requires_grad_(False)
+    kp, aud, x_T = torch.randn(1, D), torch.randn(1, W, 1103), torch.randn(1, W, D)
+    for steps in (2, 3, 5):
+        compiled = DDIMSampler(model, steps, compile=True)
+        noise = torch.randn(compiled.noise_shape(1))
+        want = DDIMSampler(model, steps).sample(kp, aud, x_T, noise)
+        assert rel_l2(compiled.sample(kp, aud, x_T, noise), want) < 1e-6
+    assert counters["stats"]["unique_graphs"] == 1
+    torch._dynamo.reset()
+
+
 def test_unknown_precision_is_refused(lmdm):
     with pytest.raises(InputError, match="precision must be one of fp32, tf32, bf16"):
         DDIMSampler(lmdm, 25, precision="fp16")

@@ -287,6 +287,10 @@ class LMDMTimeCondition:
         rows = slice(start, stop)
         return LMDMTimeCondition(self.modulations[:, :, :, rows], self.keys[:, rows], self.values[:, rows])
 
+    def contiguous(self) -> "LMDMTimeCondition":
+        """Dense copies (the views :meth:`rows` returns have strides that depend on the total rows)."""
+        return LMDMTimeCondition(self.modulations.contiguous(), self.keys.contiguous(), self.values.contiguous())
+
 
 def _positions(tables: tuple[Tensor, Tensor], start: int, stop: int) -> tuple[Tensor, Tensor]:
     """Rotary tables restricted to positions ``start .. stop-1``."""

@@ -144,6 +144,7 @@ class DDIMSampler:
         self.cuda_graph = cuda_graph
         self.precision = precision
         self._net = _bf16_matmul_copy(lmdm) if precision == "bf16" else lmdm
+        self.compile = compile
         self._guided_step = torch.compile(self._net.guided_step, dynamic=False) if compile else self._net.guided_step
         device = lmdm.alphas_cumprod.device
         alpha = lmdm.alphas_cumprod.detach().float().cpu()  # once, at setup: host floats below
@@ -211,7 +212,12 @@ class DDIMSampler:
         times = lmdm.time_condition(every_t, tiled)
 
         def step(i: int, x: Tensor) -> tuple[Tensor, Tensor]:
-            return self._guided_step(x, self.timesteps[i].expand(b), condition, times.rows(i * rows, (i + 1) * rows))
+            time = times.rows(i * rows, (i + 1) * rows)
+            if self.compile:
+                # Dynamo guards on strides, and these views' strides depend on the step count:
+                # dense copies (a few hundred KiB) keep one compiled step for every step count.
+                time = time.contiguous()
+            return self._guided_step(x, self.timesteps[i].expand(b), condition, time)
 
         for i in range(self.steps - 1):
             pred_noise, x_start = step(i, x)
