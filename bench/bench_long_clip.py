@@ -57,7 +57,8 @@ from ditto_core.motion.motion_sequence import MotionSequence  # noqa: E402
 from ditto_core.pipeline import DTYPES, DittoPipeline  # noqa: E402
 from ditto_core.registration.options import RegistrationOptions  # noqa: E402
 from ditto_core.registration.source_info import SourceInfo  # noqa: E402
-from ditto_core.render.warp_decode import MAX_BATCH, compile_available  # noqa: E402
+from ditto_core.compilation import compile_available  # noqa: E402
+from ditto_core.render.warp_decode import MAX_BATCH  # noqa: E402
 
 MIB = 1 << 20
 SPEECH_CANDIDATES = tuple(path.with_name("speech_24k_mono.wav") for path in PORTRAIT_CANDIDATES)

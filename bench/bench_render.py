@@ -57,7 +57,8 @@ from ditto_core.models.keypoints import MotionInfo  # noqa: E402
 from ditto_core.motion.motion_sequence import MotionSequence  # noqa: E402
 from ditto_core.registration.source_info import SourceInfo  # noqa: E402
 from ditto_core.render.putback import default_mask, paste_back, paste_back_cv2  # noqa: E402
-from ditto_core.render.warp_decode import WarpDecodeEngine, auto_batch_size, compile_available  # noqa: E402
+from ditto_core.compilation import compile_available  # noqa: E402
+from ditto_core.render.warp_decode import WarpDecodeEngine, auto_batch_size  # noqa: E402
 from ditto_core.video.writer import VideoWriter  # noqa: E402
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}

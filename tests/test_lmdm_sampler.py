@@ -1,15 +1,18 @@
 """DDIM sampling of the LMDM: schedule, 25-step parity, windowing, seeding, CUDA graphs."""
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
 import pytest
 import torch
 
+from ditto_core import compilation
 from ditto_core.errors import InputError, Interrupted
 from ditto_core.models.checkpoints import load_network
 from ditto_core.models.lmdm import LMDM
+from ditto_core.motion import lmdm_sampler
 from ditto_core.motion.lmdm_sampler import DDIMSampler, ddim_time_pairs, generate_motion, sample_window
 from tests.parity import rel_l2
 
@@ -118,6 +121,7 @@ def test_compiled_step_is_traced_once_for_every_step_count(monkeypatch):
 
     real_compile = torch.compile
     monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: real_compile(fn, backend="eager", **kwargs))
+    monkeypatch.setattr(lmdm_sampler, "compile_available", lambda device: (True, ""))
     torch._dynamo.reset()
     counters = torch._dynamo.utils.counters
     counters.clear()
@@ -130,6 +134,37 @@ def test_compiled_step_is_traced_once_for_every_step_count(monkeypatch):
         assert rel_l2(compiled.sample(kp, aud, x_T, noise), want) < 1e-6
     assert counters["stats"]["unique_graphs"] == 1
     torch._dynamo.reset()
+
+
+def test_compile_where_it_cannot_run_samples_eagerly_and_says_so_once(monkeypatch, caplog):
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    monkeypatch.setattr(compilation, "_announced", set())
+    model = LMDM().eval().requires_grad_(False)
+    kp, aud, x_T = torch.randn(1, D), torch.randn(1, W, 1103), torch.randn(1, W, D)
+    noise = torch.randn(1, 1, W, D)
+    want = DDIMSampler(model, 2).sample(kp, aud, x_T, noise)
+    with caplog.at_level(logging.WARNING, logger=lmdm_sampler.__name__):
+        for _ in range(2):  # the CPU: never compiled
+            sampler = DDIMSampler(model, 2, compile=True)
+            assert not sampler.compile and torch.equal(sampler.sample(kp, aud, x_T, noise), want)
+
+        def failing_compile(fn, **kwargs):
+            def call(*args):
+                raise BackendCompilerFailed(failing_compile, RuntimeError("no C++ compiler"), None)
+
+            return call
+
+        monkeypatch.setattr(lmdm_sampler, "compile_available", lambda device: (True, ""))
+        monkeypatch.setattr(torch, "compile", failing_compile)
+        sampler = DDIMSampler(model, 2, compile=True)
+        assert sampler.compile
+        assert torch.equal(sampler.sample(kp, aud, x_T, noise), want) and not sampler.compile
+    assert [r.getMessage() for r in caplog.records] == [
+        "Ditto LMDM sampler runs without torch.compile: compilation needs a CUDA device",
+        "Ditto LMDM sampler runs without torch.compile: compilation failed (BackendCompilerFailed: "
+        + str(BackendCompilerFailed(failing_compile, RuntimeError("no C++ compiler"), None)) + ")",
+    ]
 
 
 def test_unknown_precision_is_refused(lmdm):

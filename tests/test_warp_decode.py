@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ditto_core import compilation
 from ditto_core.errors import DittoError, InputError, Interrupted
 from ditto_core.models.checkpoints import load_network
 from ditto_core.models.keypoints import MotionInfo
@@ -247,7 +248,7 @@ def test_compile_failure_falls_back_to_eager_and_says_why(monkeypatch, caplog):
     monkeypatch.setattr(warp_decode, "compile_available", lambda device: (True, ""))
     monkeypatch.setattr(warp_decode, "use_compile_cache", lambda cache_dir=None: None)
     monkeypatch.setattr(torch, "compile", failing_compile)
-    monkeypatch.setattr(warp_decode, "_announced_eager", set())
+    monkeypatch.setattr(compilation, "_announced", set())
     warp, decoder = toy_networks()
     source, motion = make_source(volumes(1)), make_motion(3)
     engine = WarpDecodeEngine(warp, decoder, batch_size=2)
@@ -259,7 +260,7 @@ def test_compile_failure_falls_back_to_eager_and_says_why(monkeypatch, caplog):
 
 
 def test_eager_fallback_is_announced_once(monkeypatch, caplog):
-    monkeypatch.setattr(warp_decode, "_announced_eager", set())
+    monkeypatch.setattr(compilation, "_announced", set())
     with caplog.at_level(logging.WARNING, logger=warp_decode.__name__):
         for _ in range(2):
             engine = WarpDecodeEngine(*toy_networks(), batch_size=2)

@@ -21,6 +21,7 @@ DDIM update stay float32 in every mode. Each mode's error against fp32 is measur
 from __future__ import annotations
 
 import copy
+import logging
 import math
 from contextlib import contextmanager
 from dataclasses import replace
@@ -30,10 +31,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..compilation import announce_once, compile_available, compile_failures
 from ..errors import InputError
 from ..models.keypoints import MOTION_DIM
 from ..models.lmdm import DIFFUSION_STEPS, LMDM, WINDOW, RotaryAttention, cosine_alphas_cumprod
 from ..progress import ProgressCallback, report
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "PRECISIONS",
@@ -124,7 +128,8 @@ class DDIMSampler:
         precision: one of :data:`PRECISIONS`; ``fp32`` reproduces the reference.
         compile: run each guided step through ``torch.compile`` (fewer, fused kernels; the
             first window pays the compilation). Combined with ``cuda_graph`` the compiled step
-            is recorded into the window's graph like the eager one.
+            is recorded into the window's graph like the eager one. Only on CUDA with Triton;
+            elsewhere, or where compilation fails, the eager step runs, announced once.
 
     Call :meth:`sample` with injected ``x_T`` and ``noise`` (see :meth:`noise_shape`), or use
     :func:`sample_window` to draw them from a generator. Build the sampler after moving the
@@ -144,9 +149,16 @@ class DDIMSampler:
         self.cuda_graph = cuda_graph
         self.precision = precision
         self._net = _bf16_matmul_copy(lmdm) if precision == "bf16" else lmdm
-        self.compile = compile
-        self._guided_step = torch.compile(self._net.guided_step, dynamic=False) if compile else self._net.guided_step
         device = lmdm.alphas_cumprod.device
+        self.compile = False
+        self._guided_step = self._net.guided_step
+        if compile:
+            ok, why = compile_available(device)
+            if ok:
+                self.compile = True
+                self._guided_step = torch.compile(self._net.guided_step, dynamic=False)
+            else:
+                _announce_uncompiled(why)
         alpha = lmdm.alphas_cumprod.detach().float().cpu()  # once, at setup: host floats below
         t, t_next = (torch.tensor(col) for col in zip(*pairs))
         a, a_next = alpha[t[:-1]], alpha[t_next[:-1]]
@@ -200,7 +212,15 @@ class DDIMSampler:
     def _run(self, kp_cond: Tensor, aud_cond: Tensor, x: Tensor, noise: Tensor) -> Tensor:
         """The eager loop; nothing in it reads device values back to the host."""
         with _matmul_precision(self.precision, x.device):
-            return self._loop(kp_cond, aud_cond, x, noise)
+            try:
+                return self._loop(kp_cond, aud_cond, x, noise)
+            except compile_failures() as error:
+                if not self.compile:
+                    raise
+                # Compilation happens on the first (warm-up) run, before any graph is recorded.
+                self.compile, self._guided_step = False, self._net.guided_step
+                _announce_uncompiled(f"compilation failed ({type(error).__name__}: {error})")
+                return self._loop(kp_cond, aud_cond, x, noise)
 
     def _loop(self, kp_cond: Tensor, aud_cond: Tensor, x: Tensor, noise: Tensor) -> Tensor:
         lmdm, b = self._net, x.shape[0]
@@ -223,6 +243,10 @@ class DDIMSampler:
             pred_noise, x_start = step(i, x)
             x = self.next_x(i, x_start, pred_noise, noise[i])
         return step(self.steps - 1, x)[1]
+
+
+def _announce_uncompiled(why: str) -> None:
+    announce_once(log, f"Ditto LMDM sampler runs without torch.compile: {why}")
 
 
 @contextmanager

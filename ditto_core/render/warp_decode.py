@@ -24,6 +24,7 @@ from typing import Callable, Iterator, Optional
 import torch
 from torch import Tensor, nn
 
+from ..compilation import announce_once, compile_available, compile_failures
 from ..errors import DittoError, InputError
 from ..motion.motion_sequence import MotionSequence
 from ..progress import ProgressCallback, report
@@ -41,24 +42,11 @@ _BYTES_PER_FRAME = {torch.float32: 620 << 20, torch.float16: 310 << 20, torch.bf
 MAX_BATCH = 32
 # The decoder's output side is this multiple of the feature volume's side (64 -> 512).
 _DECODER_UPSCALE = 8
-# Reasons already logged: each is announced once per process, not once per engine or batch.
-_announced_eager: set[str] = set()
 
 
 def default_compile_cache_dir() -> Path:
     """Per-user folder for Inductor's compiled graphs and kernels (survives reboots, unlike /tmp)."""
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "comfyui-ditto" / "inductor"
-
-
-def compile_available(device: torch.device) -> tuple[bool, str]:
-    """Whether ``torch.compile`` can build CUDA graphs here, and why not if it cannot."""
-    if device.type != "cuda":
-        return False, "compilation needs a CUDA device"
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False, "Triton is not installed"
-    return True, ""
 
 
 def auto_batch_size(device: torch.device, dtype: torch.dtype, fraction: float = 0.5) -> int:
@@ -182,7 +170,7 @@ class WarpDecodeEngine(nn.Module):
             try:
                 # CUDA-graph outputs live in a pool that the next replay overwrites: hand out a copy.
                 return self._run_compiled(args)[:n].clone()
-            except _compile_failures() as error:
+            except compile_failures() as error:
                 self._disable_compile(f"compilation failed ({type(error).__name__}: {error})")
         return self._forward(*args)[:n]
 
@@ -306,17 +294,5 @@ def _pad_keypoints(kp: Tensor, size: int, device: torch.device) -> Tensor:
     return _pad(kp.to(device, torch.float32), size)
 
 
-def _compile_failures() -> tuple[type[BaseException], ...]:
-    """Errors that mean "this machine cannot compile" (no C++ compiler, Triton failure, ...).
-
-    Looked up only when an exception is being handled, so eager-only use never imports Dynamo.
-    """
-    from torch._dynamo.exc import BackendCompilerFailed
-
-    return (BackendCompilerFailed,)
-
-
 def _announce_eager(why: str) -> None:
-    if why not in _announced_eager:
-        _announced_eager.add(why)
-        log.warning("Ditto warp+decode runs eagerly (no CUDA graphs): %s", why)
+    announce_once(log, f"Ditto warp+decode runs eagerly (no CUDA graphs): {why}")

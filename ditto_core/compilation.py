@@ -1,0 +1,44 @@
+"""Whether ``torch.compile`` can run here, what its failures look like, and saying so once.
+
+Shared by the compiled stages (warp+decode, the LMDM sampler): each compiles only where Triton
+and a CUDA device are present, falls back to eager code when compilation fails on a machine
+(no C++ compiler, a broken Triton install), and announces the fallback once per process rather
+than once per batch or per node run.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+__all__ = ["announce_once", "compile_available", "compile_failures"]
+
+_announced: set[str] = set()
+
+
+def compile_available(device: torch.device) -> tuple[bool, str]:
+    """Whether ``torch.compile`` can build CUDA graphs here, and why not if it cannot."""
+    if device.type != "cuda":
+        return False, "compilation needs a CUDA device"
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False, "Triton is not installed"
+    return True, ""
+
+
+def compile_failures() -> tuple[type[BaseException], ...]:
+    """Errors that mean "this machine cannot compile" (no C++ compiler, Triton failure, ...).
+
+    Called only while an exception is being handled, so eager-only use never imports Dynamo.
+    """
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    return (BackendCompilerFailed,)
+
+
+def announce_once(log: logging.Logger, message: str) -> None:
+    """Log ``message`` as a warning the first time this process sees it."""
+    if message not in _announced:
+        _announced.add(message)
+        log.warning(message)
