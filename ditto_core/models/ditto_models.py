@@ -38,7 +38,8 @@ class DittoModels:
     identity: str = ""  # fingerprint of the files used: part of every avatar cache key
     blink_table: Optional[Tensor] = None
     """(K, 63) float32 on ``device``: Ditto's recorded blink, from the official config (None: no
-    procedural blinks). The pipeline uses it when the motion options ask for blinks."""
+    procedural blinks). The pipeline applies it unless the motion options bring their own table;
+    with blinks off (-1) every frame shows its open row, as in Ditto."""
 
     @property
     def cond_dim(self) -> int:
