@@ -11,7 +11,7 @@ import logging
 
 import torch
 
-__all__ = ["announce_once", "compile_available", "compile_failures"]
+__all__ = ["announce_once", "compile_available", "compile_failures", "reset_compiled_state"]
 
 _announced: set[str] = set()
 
@@ -35,6 +35,21 @@ def compile_failures() -> tuple[type[BaseException], ...]:
     from torch._dynamo.exc import BackendCompilerFailed
 
     return (BackendCompilerFailed,)
+
+
+def reset_compiled_state() -> None:
+    """Forget every compiled graph and CUDA-graph tree of this process.
+
+    For after an out-of-VRAM error inside a ``mode="reduce-overhead"`` call: torch keeps one
+    CUDA-graph tree manager per device, shared by every such function in the process, and an
+    allocation failing while it warms up or records a graph leaves that manager half-updated;
+    the next compiled call anywhere in the process then fails an internal assertion (seen on an
+    H200 with torch 2.11, in the next test's engine). Every compiled function recompiles on its
+    next call, from the on-disk cache where its shapes were compiled before.
+    """
+    import torch._dynamo
+
+    torch._dynamo.reset()
 
 
 def announce_once(log: logging.Logger, message: str) -> None:

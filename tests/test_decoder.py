@@ -17,6 +17,7 @@ from ditto_core.models.decoder import (
     SPADE,
     NearestUpsampledConv2d,
     SPADEDecoder,
+    ShiftFoldedShortcut,
     SPADEResnetBlock,
     SpectralNormConv2d,
 )
@@ -82,7 +83,7 @@ def test_prepare_folds_to_plain_convs_and_matches_unprepared(case_outputs, prepa
     assert not any(isinstance(m, SpectralNormConv2d) for m in prepared_decoder.modules())
     keys = prepared_decoder.state_dict().keys()
     assert not any(k.endswith(("weight_orig", "weight_u", "weight_v")) for k in keys)
-    assert "G_middle_0.conv_0.weight" in keys and "up_1.conv_s.weight" in keys
+    assert "G_middle_0.conv_0.weight" in keys and "up_1.shortcut.conv.weight" in keys
     assert rel_l2(case_outputs["prepared"], case_outputs["raw"]) < 1e-5
 
 
@@ -102,9 +103,11 @@ def test_prepare_shares_one_label_embedding_per_block(prepared_decoder):
     blocks = {f"G_middle_{i}": 1 for i in range(6)} | {"up_0": 2, "up_1": 4}
     for name, scale in blocks.items():
         block = getattr(prepared_decoder, name)
-        norms = [n for n in (block.norm_0, block.norm_1, block.norm_s) if n is not None]
+        norms = [block.norm_0, block.norm_1]
         assert block.label_embedding.scale_factor == scale
-        assert block.label_embedding.out_channels == 128 * len(norms) == 128 * (3 if name.startswith("up") else 2)
+        # The up blocks' third embedding feeds their learned shortcut (norm_s folded into it).
+        assert block.label_embedding.out_channels == 128 * (3 if name.startswith("up") else 2)
+        assert (block.shortcut is not None) == name.startswith("up") and block.norm_s is None
         assert all(norm.mlp_shared is None and norm.mlp_scale_shift is not None for norm in norms)
     assert not any("mlp_shared" in key for key in prepared_decoder.state_dict())
 
@@ -131,6 +134,7 @@ def test_unnormalised_weight_orig_is_far_off(prepared_decoder, official_state):
     replaced = 0
     with torch.no_grad():
         for name, module in naive.named_modules():
+            name = name.replace("shortcut.conv", "conv_s")  # where prepare_for_inference moved conv_s
             if f"{name}.weight_orig" in official_state:
                 module.weight.copy_(official_state[f"{name}.weight_orig"])
                 replaced += 1
@@ -262,6 +266,39 @@ def test_nearest_upsampled_conv_chunks_are_dense_slices_of_the_output(scale, cha
 def test_nearest_upsampled_conv_rejects_even_kernels():
     with pytest.raises(ValueError, match="square odd kernel"):
         NearestUpsampledConv2d(torch.zeros(2, 2, 2, 2), None, 2)
+
+
+@pytest.mark.parametrize("in_channels, out_channels", [(8, 4), (4, 8)])
+def test_shift_folded_shortcut_equals_conv_of_modulated_input(in_channels, out_channels):
+    g = torch.Generator().manual_seed(0)
+    spade = SPADE(in_channels, label_channels=5, hidden_channels=6)
+    spade.prepare_for_inference()
+    conv_s = torch.nn.Conv2d(in_channels, out_channels, 1, bias=False)
+    normalized = torch.randn(2, in_channels, 7, 5, generator=g)
+    hidden = torch.relu(torch.randn(2, 6, 7, 5, generator=g))
+    with torch.no_grad():
+        expected = conv_s(spade.modulate(normalized, hidden))
+        folded = ShiftFoldedShortcut(spade.mlp_scale_shift, conv_s)
+        got = folded(normalized, hidden)
+    assert folded.scale_shift.out_channels == in_channels + out_channels
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_prepare_cuts_the_documented_flops():
+    """891.6 GFLOP a 512x512 frame as trained, 741.9 after the rewrites (module docstring)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    def gflop(decoder: SPADEDecoder) -> float:
+        counter = FlopCounterMode(display=False)
+        with counter, torch.no_grad():
+            decoder.to("meta")(torch.zeros(1, 256, 64, 64, device="meta"))
+        return counter.get_total_flops() / 1e9
+
+    torch.manual_seed(0)
+    decoder = SPADEDecoder().eval()
+    assert gflop(copy.deepcopy(decoder)) == pytest.approx(891.6, abs=0.1)
+    decoder.prepare_for_inference()
+    assert gflop(decoder) == pytest.approx(741.9, abs=0.1)
 
 
 def test_upsampling_block_matches_reference_formula_and_its_prepared_form():

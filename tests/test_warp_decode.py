@@ -285,6 +285,29 @@ def test_out_of_memory_halves_batch_and_renders_every_frame_in_order(caplog):
     assert sum("retrying with batch size" in r.getMessage() for r in caplog.records) == 2  # 8 -> 4 -> 2
 
 
+def test_out_of_memory_in_the_compiled_graph_resets_the_graph_state(fake_compile, monkeypatch):
+    """A failed graph recording can leave torch's shared graph-tree manager inconsistent, so the
+    compiled path resets it before the smaller batch is recorded; eager failures leave it alone."""
+    resets: list[int] = []
+    monkeypatch.setattr(warp_decode, "reset_compiled_state", lambda: resets.append(1))
+    warp, decoder = toy_networks()
+    source, motion = make_source(volumes(1)), make_motion(7)
+    expected = unfused(warp, decoder, source, motion)
+    engine = WarpDecodeEngine(warp, OutOfMemoryAbove(decoder, limit=2), batch_size=8, first_batch=4)
+    assert engine.stats.compiled
+    got = engine.render(source, motion).images
+    assert rel_l2(got, expected) < 1e-6
+    # The eager first batch (4 frames) fails: no reset. The batch size drops to 4, no larger than
+    # the ramp, so the next attempt is compiled at 4 and fails: one reset. Compiled at 2 fits.
+    assert engine.batch_size == 2 and len(resets) == 1
+    resets.clear()
+    engine = WarpDecodeEngine(warp, OutOfMemoryAbove(decoder, limit=2), batch_size=8, first_batch=0)
+    got = engine.render(source, motion).images
+    assert rel_l2(got, expected) < 1e-6
+    # Compiled at 8 and at 4 failed (one reset after each), compiled at 2 fits.
+    assert engine.batch_size == 2 and len(resets) == 2
+
+
 def test_out_of_memory_at_batch_one_is_a_clear_error():
     warp, decoder = toy_networks()
     engine = WarpDecodeEngine(warp, OutOfMemoryAbove(decoder, limit=0), batch_size=4, compile=False)

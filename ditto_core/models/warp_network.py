@@ -7,6 +7,7 @@ from torch import Tensor, nn
 from ..errors import InputError
 from .blocks import ConvNormAct, fold_batchnorms_
 from .dense_motion import DenseMotionNetwork
+from .depth_tap_conv import DepthTapConv3d
 
 
 class WarpingNetwork(nn.Module):
@@ -78,8 +79,14 @@ class WarpingNetwork(nn.Module):
                 )
 
     def prepare_for_inference(self) -> "WarpingNetwork":
-        """Fold the eval BatchNorms that follow a conv into it (exact up to fp32 rounding).
+        """Exact inference rewrites (up to fp32 rounding): fold the eval BatchNorms that follow
+        a conv into it, and run the 7x7x7 occlusion-mask conv as depth-sliced 2-D convolution
+        (:class:`DepthTapConv3d`: same FLOPs, a GEMM shape the GPU's fast kernels take).
 
         Call after loading weights; the module no longer loads the official state dict.
+        Calling it again does nothing.
         """
+        dense = self.dense_motion_network
+        if isinstance(dense.mask, nn.Conv3d):
+            dense.mask = DepthTapConv3d(dense.mask)
         return fold_batchnorms_(self)

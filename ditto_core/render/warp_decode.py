@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Optional
 import torch
 from torch import Tensor, nn
 
-from ..compilation import announce_once, compile_available, compile_failures
+from ..compilation import announce_once, compile_available, compile_failures, reset_compiled_state
 from ..errors import DittoError, InputError
 from ..motion.motion_sequence import MotionSequence
 from ..progress import ProgressCallback, report
@@ -36,8 +36,9 @@ log = logging.getLogger(__name__)
 # Peak activation memory of one frame through warp + decode at 64x64 features; used to size
 # batches from free VRAM. Measured by bench/bench_render.py ("peak_bytes_per_frame") on an
 # H200: 274 MiB in fp16 and bf16 (bench/measurements/2026-11-29-h200), 242 MiB after the decoder's
-# sub-pixel rewrites (2026-11-30), used here with a margin for allocator fragmentation; fp32 is
-# not measured yet and keeps a conservative estimate.
+# sub-pixel rewrites (2026-11-30), 234 MiB fp16 after the mask-conv and shortcut rewrites
+# (2026-11-30-h200-s3), used here with a margin for allocator fragmentation; fp32 is not
+# measured yet and keeps a conservative estimate.
 _BYTES_PER_FRAME = {torch.float32: 620 << 20, torch.float16: 310 << 20, torch.bfloat16: 310 << 20}
 MAX_BATCH = 32
 # The decoder's output side is this multiple of the feature volume's side (64 -> 512).
@@ -172,6 +173,11 @@ class WarpDecodeEngine(nn.Module):
                 return self._run_compiled(args)[:n].clone()
             except compile_failures() as error:
                 self._disable_compile(f"compilation failed ({type(error).__name__}: {error})")
+            except torch.cuda.OutOfMemoryError:
+                # The caller retries with a smaller batch: a new graph, recorded by a graph-tree
+                # manager that this failure may have left half-updated (see reset_compiled_state).
+                reset_compiled_state()
+                raise
         return self._forward(*args)[:n]
 
     def _run_compiled(self, args: tuple[Tensor, Tensor, Tensor]) -> Tensor:
@@ -203,9 +209,9 @@ class WarpDecodeEngine(nn.Module):
         kp_driving = motion.kp_driving.to(self.device, torch.float32)
         index = None if len(source) == 1 else motion.source_index.to(self.device)
         start = 0
-        ramp = self.stats.compiled and 0 < self.first_batch < self.batch_size
         while start < total:
-            first = ramp and start == 0
+            # Decided per attempt: after an out-of-VRAM retry the batch may be no larger than the ramp.
+            first = start == 0 and self.stats.compiled and 0 < self.first_batch < self.batch_size
             rows = slice(start, min(start + (self.first_batch if first else self.batch_size), total))
             try:
                 images = self._render(

@@ -1,0 +1,75 @@
+"""A 3-D convolution computed as one 2-D convolution over depth slices.
+
+Why: the warp network's 7x7x7, 142 -> 22 occlusion-mask convolution is 140 GFLOP a frame
+(an eighth of warp+decode), and cuDNN runs it as a 3-D implicit GEMM with 22 output channels
+at 123 TFLOP/s on an H200: 1.14 ms a frame, a third of the whole warp+decode time. As 2-D
+convolution over the depth slices with 154 output channels it takes 0.57 ms (0.61 with the
+shifted sum; ``bench/bench_mask_conv.py``, fp16, batch 32), and warp+decode goes from 3.65 to
+3.08 ms a frame (``bench/bench_warp_decode_variants.py``). Measured alternatives that did not
+beat it: input channels padded to 144, the row taps on the output channels too (a 1x7 conv,
+142 -> 1078), and Inductor's Triton convolution templates (max-autotune; the best at 66 % of
+cuDNN's speed).
+
+Why the rewrite is exact: with depth taps ``k = 0..K-1`` and depth padding ``p``,
+
+    y[:, :, t] = bias + sum_k  W[:, :, k] (*) x[:, :, t + k - p]        ((*): a 2-D conv)
+
+so one 2-D conv of every depth slice ``s`` with the K tap kernels stacked on its output
+channels, ``z[s, k] = W[:, :, k] (*) x[:, :, s]``, followed by the shifted sum
+``y[t] = sum_k z[t + k - p, k]`` (slices outside the volume are the zero padding), computes
+the same numbers. The multiply-adds are the same; what changes is the GEMM's shape: K x 22 =
+154 output channels instead of 22 fill Hopper's tensor-core tiles, and the 2-D kernels exist.
+The partial sums are added in float32, so half-precision weights round each tap's partial sum
+once more than the 3-D kernel's single accumulator would (measured by the engine tests).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class DepthTapConv3d(nn.Module):
+    """``conv3d(x, weight, bias, padding)`` with 'same' depth padding, via depth-sliced 2-D convolution.
+
+    Args:
+        conv: the :class:`~torch.nn.Conv3d` to reproduce (stride 1, no dilation, no groups,
+            depth padding ``kernel_depth // 2`` so the depth is kept).
+
+    Shape: (B, in, D, H, W) -> (B, out, D, H', W') with H', W' those of ``conv``; the result
+    is float32 for half-precision inputs (the sums are float32; callers such as a softmax
+    want float32 anyway), otherwise the input's dtype.
+    """
+
+    def __init__(self, conv: nn.Conv3d) -> None:
+        super().__init__()
+        out_channels, in_channels, depth, height, width = conv.weight.shape
+        if conv.stride != (1, 1, 1) or conv.dilation != (1, 1, 1) or conv.groups != 1 or depth % 2 == 0 \
+                or conv.padding[0] != depth // 2 or conv.padding_mode != "zeros":
+            raise ValueError(
+                "DepthTapConv3d reproduces stride-1, undilated, ungrouped, zero-padded Conv3d layers with "
+                f"an odd kernel depth and 'same' depth padding; got {conv}"
+            )
+        self.taps = depth
+        self.out_channels = out_channels
+        with torch.no_grad():
+            # Output channel k * out + o of the 2-D conv is tap k of output channel o.
+            weight = conv.weight.detach().permute(2, 0, 1, 3, 4).reshape(depth * out_channels, in_channels, height, width)
+        self.slice_conv = nn.Conv2d(
+            in_channels, depth * out_channels, (height, width), padding=conv.padding[1:], bias=False, device="meta"
+        )
+        self.slice_conv.weight = nn.Parameter(weight.clone(), requires_grad=conv.weight.requires_grad)
+        self.bias = conv.bias
+
+    def forward(self, x: Tensor) -> Tensor:
+        batch, channels, depth = x.shape[:3]
+        slices = x.transpose(1, 2).flatten(0, 1)  # (B*D, in, H, W): every depth slice an image
+        taps = self.slice_conv(slices)
+        taps = taps.unflatten(0, (batch, depth)).unflatten(2, (self.taps, self.out_channels))  # (B, D, K, out, H', W')
+        taps = taps.to(torch.promote_types(taps.dtype, torch.float32))
+        pad = self.taps // 2
+        # Slice s of the padded stack is input slice s - pad: zero where the 3-D conv pads.
+        taps = F.pad(taps, (0, 0, 0, 0, 0, 0, 0, 0, pad, pad))
+        out = sum(taps[:, k : k + depth, k] for k in range(self.taps))  # (B, D, out, H', W')
+        out = out.transpose(1, 2)
+        return out if self.bias is None else out + self.bias.to(out.dtype)[:, None, None, None]

@@ -1,0 +1,50 @@
+"""The warp+decode variants benchmark compares exact rewrites: each variant's networks must
+compute what the shipped ones compute, or its timing compares different work."""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from bench_warp_decode_variants import (  # noqa: E402
+    ChannelPaddedConv, depth_taps_everywhere, pad_conv_channels, with_mask_conv3d,
+)
+from ditto_core.models.decoder import SPADEDecoder  # noqa: E402
+from ditto_core.models.depth_tap_conv import DepthTapConv3d  # noqa: E402
+from ditto_core.models.warp_network import WarpingNetwork  # noqa: E402
+from tests.parity import rel_l2  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def nets():
+    torch.manual_seed(0)
+    warp = WarpingNetwork().eval().prepare_for_inference()
+    decoder = SPADEDecoder().eval()
+    decoder.prepare_for_inference()
+    return warp, decoder
+
+
+@pytest.mark.parametrize(
+    "make, changed",
+    [
+        (with_mask_conv3d, lambda dense: isinstance(dense.mask, torch.nn.Conv3d)),
+        (depth_taps_everywhere, lambda dense: isinstance(dense.hourglass.decoder.conv.conv, DepthTapConv3d)),
+        (lambda n: pad_conv_channels(n, 8), lambda dense: isinstance(dense.mask.slice_conv, ChannelPaddedConv)),
+    ],
+    ids=["mask_conv3d", "depth_taps_everywhere", "pad_channels_8"],
+)
+@torch.inference_mode()
+def test_variant_networks_compute_the_same_renders(nets, make, changed):
+    g = torch.Generator().manual_seed(1)
+    feature = torch.randn(1, 32, 16, 32, 32, generator=g)
+    kp_source = torch.rand(1, 21, 3, generator=g) - 0.5
+    kp_driving = kp_source + 0.05 * torch.randn(1, 21, 3, generator=g)
+    warp, decoder = nets
+    expected = decoder(warp(feature, kp_source, kp_driving))
+    variant_warp, variant_decoder = make(nets)
+    assert changed(variant_warp.dense_motion_network)
+    assert isinstance(warp.dense_motion_network.mask, DepthTapConv3d)  # the originals are untouched
+    got = variant_decoder(variant_warp(feature, kp_source, kp_driving))
+    assert rel_l2(got, expected) < 1e-5
