@@ -45,6 +45,12 @@ def cuda_event_times(fn: Callable[[], object], reps: int, warmup: int = 1) -> li
     return times
 
 
+def rel_l2(got: torch.Tensor, ref: torch.Tensor) -> float:
+    """||got - ref|| / ||ref||, computed in float64."""
+    got, ref = got.double(), ref.double()
+    return ((got - ref).norm() / ref.norm()).item()
+
+
 def summary_ms(times_ms: list[float]) -> dict[str, float]:
     ordered = sorted(times_ms)
     return {"median_ms": statistics.median(ordered), "p90_ms": ordered[int(len(ordered) * 0.9)],

@@ -26,7 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_common import cuda_event_times, emit, summary_ms  # noqa: E402
+from bench_common import cuda_event_times, emit, rel_l2, summary_ms  # noqa: E402
 from ditto_core.models.checkpoints import load_network  # noqa: E402
 from ditto_core.models.keypoints import MOTION_DIM  # noqa: E402
 from ditto_core.models.lmdm import GUIDANCE_WEIGHT, LMDM, WINDOW  # noqa: E402
@@ -44,10 +44,6 @@ def naive_window(sampler: DDIMSampler, kp: torch.Tensor, aud: torch.Tensor, x: t
         if i == sampler.steps - 1:
             return x_start
         x = sampler.next_x(i, x_start, lmdm.noise_from_x0(x, t, x_start), noise[i])
-
-
-def rel_l2(got: torch.Tensor, ref: torch.Tensor) -> float:
-    return ((got.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
 def time_ms(fn: Callable[[], object], warmup: int, reps: int) -> dict[str, float]:

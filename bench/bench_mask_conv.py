@@ -31,15 +31,10 @@ from torch import Tensor, nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_common import cuda_event_times, emit, summary_ms  # noqa: E402
+from bench_common import cuda_event_times, emit, rel_l2, summary_ms  # noqa: E402
 from ditto_core.models.depth_tap_conv import DepthTapConv3d  # noqa: E402
 
 IN_CHANNELS, OUT_CHANNELS, TAPS, DEPTH, SIDE = 142, 22, 7, 16, 64
-
-
-def rel_l2(got: Tensor, ref: Tensor) -> float:
-    got, ref = got.double(), ref.double()
-    return ((got - ref).norm() / ref.norm()).item()
 
 
 def depth_row_taps(conv: nn.Conv3d) -> Callable[[Tensor], Tensor]:
@@ -81,6 +76,8 @@ def main() -> None:
     weight144 = F.pad(taps.slice_conv.weight, (0, 0, 0, 0, 0, 144 - IN_CHANNELS))
     flops = 2 * args.batch * DEPTH * SIDE * SIDE * OUT_CHANNELS * IN_CHANNELS * TAPS**3
 
+    compiled_taps = torch.compile(taps)
+    compiled_row_taps = torch.compile(depth_row_taps(conv))
     variants: dict[str, tuple[Callable[[], Tensor], bool]] = {  # name -> (call, output is the layer's)
         "conv3d": (lambda: conv(x), True),
         "depth_taps_eager": (lambda: taps(x), True),
@@ -89,8 +86,6 @@ def main() -> None:
         "depth_taps_cin144_conv_only": (lambda: F.conv2d(padded, weight144, padding=TAPS // 2), False),
         "depth_row_taps_compiled": (lambda: compiled_row_taps(x), True),
     }
-    compiled_taps = torch.compile(taps)
-    compiled_row_taps = torch.compile(depth_row_taps(conv))
     if not args.skip_autotune:
         with torch._inductor.config.patch(max_autotune=True, max_autotune_gemm_backends="ATEN,TRITON"):
             autotuned = torch.compile(taps, mode="max-autotune-no-cudagraphs")

@@ -50,7 +50,7 @@ from torch import Tensor, nn
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench_common import emit, sync, wall_times  # noqa: E402
+from bench_common import emit, rel_l2, sync, wall_times  # noqa: E402
 from ditto_core.errors import InputError  # noqa: E402
 from ditto_core.models.ditto_models import random_ditto_models  # noqa: E402
 from ditto_core.models.keypoints import MotionInfo  # noqa: E402
@@ -155,11 +155,6 @@ def strict_fp32() -> Iterator[None]:
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-
-
-def rel_l2(got: Tensor, ref: Tensor) -> float:
-    got, ref = got.double(), ref.double()
-    return ((got - ref).norm() / ref.norm()).item()
 
 
 # ----------------------------------------------------------------------------------- inputs

@@ -44,9 +44,9 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_common import cuda_event_times, emit, summary_ms  # noqa: E402
+from bench_common import cuda_event_times, emit, rel_l2, summary_ms  # noqa: E402
 from bench_render import (  # noqa: E402
-    DTYPES, Settings, channels_last_copies, make_scene, reference_renders, rel_l2, render_networks,
+    DTYPES, Settings, channels_last_copies, make_scene, reference_renders, render_networks,
 )
 from ditto_core.models.depth_tap_conv import DepthTapConv3d  # noqa: E402
 from ditto_core.render.warp_decode import WarpDecodeEngine  # noqa: E402
