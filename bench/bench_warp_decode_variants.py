@@ -107,7 +107,7 @@ class ChannelPaddedConv(nn.Module):
         return self.conv(x)[:, : self.out_channels]
 
 
-def _with_replaced(nets: tuple[nn.Module, ...], replace: Callable[[nn.Module], Optional[nn.Module]]
+def with_replaced(nets: tuple[nn.Module, ...], replace: Callable[[nn.Module], Optional[nn.Module]]
                    ) -> tuple[nn.Module, ...]:
     """Copies of ``nets`` in which every submodule for which ``replace`` returns a module is swapped for it."""
     copies = tuple(copy.deepcopy(net) for net in nets)
@@ -126,7 +126,7 @@ def pad_conv_channels(nets: tuple[nn.Module, ...], multiple: int) -> tuple[nn.Mo
             child.in_channels % multiple or child.out_channels % multiple)
         return ChannelPaddedConv(child, multiple) if odd else None
 
-    return _with_replaced(nets, replace)
+    return with_replaced(nets, replace)
 
 
 class _KeepDtype(nn.Module):
@@ -142,7 +142,7 @@ class _KeepDtype(nn.Module):
 
 
 def depth_taps_everywhere(nets: tuple[nn.Module, ...]) -> tuple[nn.Module, ...]:
-    return _with_replaced(
+    return with_replaced(
         nets, lambda child: _KeepDtype(child) if isinstance(child, nn.Conv3d) and child.kernel_size[0] > 1 else None)
 
 
