@@ -14,7 +14,7 @@ from bench_warp_decode_variants import (  # noqa: E402
 from ditto_core.models.decoder import SPADEDecoder  # noqa: E402
 from ditto_core.models.depth_tap_conv import DepthTapConv3d  # noqa: E402
 from ditto_core.models.warp_network import WarpingNetwork  # noqa: E402
-from tests.parity import rel_l2  # noqa: E402
+from tests.parity import keypoint_pair, rel_l2  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +37,8 @@ def nets():
 )
 @torch.inference_mode()
 def test_variant_networks_compute_the_same_renders(nets, make, changed):
-    g = torch.Generator().manual_seed(1)
-    feature = torch.randn(1, 32, 16, 32, 32, generator=g)
-    kp_source = torch.rand(1, 21, 3, generator=g) - 0.5
-    kp_driving = kp_source + 0.05 * torch.randn(1, 21, 3, generator=g)
+    feature = torch.randn(1, 32, 16, 32, 32, generator=torch.Generator().manual_seed(1))
+    kp_source, kp_driving = keypoint_pair(1, seed=2)
     warp, decoder = nets
     expected = decoder(warp(feature, kp_source, kp_driving))
     variant_warp, variant_decoder = make(nets)

@@ -4,7 +4,7 @@ from torch import nn
 
 from ditto_core.models.depth_tap_conv import DepthTapConv3d
 from ditto_core.models.warp_network import WarpingNetwork
-from tests.parity import rel_l2
+from tests.parity import keypoint_pair, rel_l2
 
 
 def _conv(in_channels: int, out_channels: int, kernel, padding, bias: bool = True, seed: int = 0) -> nn.Conv3d:
@@ -59,8 +59,7 @@ def test_warp_network_prepare_uses_it_and_keeps_the_output():
     torch.manual_seed(3)
     net = WarpingNetwork().eval()
     feature = torch.randn(1, 32, 16, 32, 32)
-    kp_source = torch.rand(1, 21, 3) - 0.5
-    kp_driving = kp_source + 0.05 * torch.randn(1, 21, 3)
+    kp_source, kp_driving = keypoint_pair(1, seed=4)
     before = net(feature, kp_source, kp_driving)
     net.prepare_for_inference()
     assert isinstance(net.dense_motion_network.mask, DepthTapConv3d)

@@ -6,19 +6,13 @@ import torch
 from ditto_core.errors import InputError
 from ditto_core.models.checkpoints import load_network
 from ditto_core.models.warp_network import WarpingNetwork
-from tests.parity import rel_l2, strict_load
+from tests.parity import keypoint_pair, rel_l2, strict_load
 
 
 @pytest.fixture(scope="module")
 def strict_net(official_ckpt_dir):
     """The official file through a bare strict ``load_state_dict``, BatchNorms unfolded."""
     return strict_load(WarpingNetwork(), official_ckpt_dir / "warp_network.pth")
-
-
-def _keypoints(batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    kp_source = torch.rand(batch, 21, 3, generator=g) * 1.6 - 0.8
-    return kp_source, kp_source + 0.1 * torch.randn(batch, 21, 3, generator=g)
 
 
 def test_state_dict_matches_manifest(reference_dir):
@@ -51,7 +45,7 @@ def test_reference_parity_load_network_folds_batchnorm(official_ckpt_dir, load_c
 def test_batch_items_are_independent(strict_net):
     # 32x32 is the smallest size the 5-level hourglass takes; it keeps this test quick on CPU.
     feature = torch.randn(2, 32, 16, 32, 32, generator=torch.Generator().manual_seed(2))
-    kp_source, kp_driving = _keypoints(2, seed=3)
+    kp_source, kp_driving = keypoint_pair(2, seed=3)
     batched = strict_net(feature, kp_source, kp_driving)
     assert batched.shape == (2, 256, 32, 32)
     for i in range(2):
