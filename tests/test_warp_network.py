@@ -5,6 +5,8 @@ import torch
 
 from ditto_core.errors import InputError
 from ditto_core.models.checkpoints import load_network
+from ditto_core.models.depth_tap_conv import DepthTapConv3d
+from ditto_core.models.spatial_tap_conv import SpatialTapConv2d
 from ditto_core.models.warp_network import WarpingNetwork
 from tests.parity import keypoint_pair, rel_l2, strict_load
 
@@ -78,3 +80,41 @@ def test_reference_parity_cuda(official_ckpt_dir, load_case):
     case = load_case("warp_network")
     out = net(**{k: v.cuda() for k, v in case["inputs"].items()})
     assert rel_l2(out, case["outputs"]["out"]) < 1e-4
+
+
+@torch.inference_mode()
+def test_prepare_for_inference_applies_every_rewrite_and_keeps_the_output():
+    torch.manual_seed(7)
+    net = WarpingNetwork().eval()
+    feature = torch.randn(1, 32, 16, 32, 32)
+    kp_source, kp_driving = keypoint_pair(1, seed=8)
+    before = net(feature, kp_source, kp_driving)
+    dense = net.dense_motion_network
+    _, occlusion_before = dense(feature, kp_source, kp_driving)
+    with pytest.raises(RuntimeError, match="BatchNorms folded first"):
+        dense.pad_hourglass_channels_()
+    net.prepare_for_inference()
+    net.prepare_for_inference()  # idempotent: nothing is rewritten or padded twice
+    assert not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in net.modules())
+    assert isinstance(dense.mask, DepthTapConv3d) and isinstance(dense.occlusion, SpatialTapConv2d)
+    assert dense.input_padding == 2 and dense.hourglass.out_channels == 144
+    assert dense.hourglass.encoder.down_blocks[0].conv.weight.shape[1] == 112
+    assert dense.mask.slice_conv.weight.shape[1] == 144
+    assert dense.occlusion.tap_weight.shape == (49, 144 * 16)
+    # The 3-D conv weights are stored NDHWC, the layout cuDNN's fast kernels read.
+    conv3d = [m for m in net.modules() if isinstance(m, torch.nn.Conv3d)]
+    assert conv3d and all(m.weight.is_contiguous(memory_format=torch.channels_last_3d) for m in conv3d)
+    seen = []
+    handle = dense.hourglass.register_forward_hook(lambda _m, args, out: seen.append((args[0], out)))
+    try:
+        after = net(feature, kp_source, kp_driving)
+    finally:
+        handle.remove()
+    (hourglass_in, hourglass_out), = seen
+    assert hourglass_in.shape[1] == 112 and hourglass_out.shape[1] == 144
+    # The padding channels stay exactly zero through the hourglass (they are its last two).
+    assert not hourglass_in[:, 110:].any() and not hourglass_out[:, 142:].any()
+    assert hourglass_out[:, :142].abs().amax() > 0
+    _, occlusion = dense(feature, kp_source, kp_driving)
+    assert rel_l2(occlusion, occlusion_before) < 1e-5
+    assert rel_l2(after, before) < 1e-5

@@ -83,6 +83,8 @@ class DenseMotionNetwork(nn.Module):
         self.compress = nn.Conv3d(feature_channels, compress, kernel_size=1)
         self.norm = nn.BatchNorm3d(compress)
         self.occlusion = nn.Conv2d(hidden * feature_depth, 1, kernel_size=7, padding=3)
+        # Zero channels appended to the hourglass input (see pad_hourglass_channels_).
+        self.input_padding = 0
 
     def forward(self, feature: Tensor, kp_source: Tensor, kp_driving: Tensor) -> tuple[Tensor, Tensor]:
         """Estimate the flow.
@@ -115,7 +117,10 @@ class DenseMotionNetwork(nn.Module):
 
         heat = keypoint_gaussians(kp_driving, d, h, w) - keypoint_gaussians(kp_source, d, h, w)
         heat = F.pad(heat.to(feature.dtype), (0, 0, 0, 0, 0, 0, 1, 0))  # zero heatmap for the background
-        hidden = self.hourglass(torch.cat([heat.unsqueeze(2), warped], dim=2).flatten(1, 2))
+        hourglass_input = torch.cat([heat.unsqueeze(2), warped], dim=2).flatten(1, 2)
+        if self.input_padding:
+            hourglass_input = F.pad(hourglass_input, (0, 0) * 3 + (0, self.input_padding))
+        hidden = self.hourglass(hourglass_input)
 
         weights = torch.softmax(self.mask(hidden), dim=1, dtype=coord_dtype)  # (B, K+1, D, H, W)
         # The weights sum to one, so the blend of "grid + offset_k" is the grid plus the
@@ -123,5 +128,65 @@ class DenseMotionNetwork(nn.Module):
         shift = torch.bmm(delta.transpose(1, 2), weights[:, 1:].flatten(2))  # (B, 3, DHW)
         deformation = grid + shift.reshape(b, 3, d, h, w).permute(0, 2, 3, 4, 1)
 
-        occlusion = torch.sigmoid(self.occlusion(hidden.flatten(1, 2)))
+        # Prepared for inference, the occlusion conv returns float32 logits for half inputs.
+        occlusion = torch.sigmoid(self.occlusion(hidden.flatten(1, 2))).to(feature.dtype)
         return deformation, occlusion
+
+    @torch.no_grad()
+    def pad_hourglass_channels_(self, multiple: int = 8) -> None:
+        """Append zero channels to the hourglass input so that every layer it feeds has a
+        channel count that is a multiple of ``multiple``; the outputs do not change.
+
+        Why: cuDNN's tensor-core kernels read channels in groups of 8 (16 bytes of half
+        precision). The hourglass input has (K + 1) x (compress + 1) = 110 channels and the
+        hourglass output, which concatenates that input, 142: cuDNN copied each such tensor
+        into a padded buffer before every convolution that reads it. Padded once here, at the
+        concatenation that makes the input, the input becomes 112 channels and the output 144.
+
+        Exact: the padded input channels are zero and meet zero weight columns in the first
+        encoder conv; the hourglass output carries them on (it concatenates its input), the
+        last decoder conv gets zero columns for them and zero rows and bias for its two new
+        outputs, which the ReLU keeps at zero; the mask and occlusion convs get zero columns.
+        Call after :func:`~.blocks.fold_batchnorms_` (the last decoder conv must carry the
+        folded norm); calling it again does nothing.
+        """
+        hidden = self.hourglass.out_channels
+        pad = -self.hourglass.encoder.down_blocks[0].conv.in_channels % multiple
+        if self.input_padding or not pad:
+            return
+        decoder = self.hourglass.decoder
+        if not isinstance(decoder.norm, nn.Identity):
+            raise RuntimeError("pad_hourglass_channels_ needs the hourglass BatchNorms folded first")
+        first = self.hourglass.encoder.down_blocks[0].conv
+        _pad_weight_(first, 1, pad)
+        _pad_weight_(decoder.conv, 1, pad)
+        _pad_weight_(decoder.conv, 0, pad)
+        decoder.out_channels += pad
+        self.hourglass.out_channels += pad
+        mask = getattr(self.mask, "slice_conv", self.mask)  # a Conv3d or a DepthTapConv3d
+        _pad_weight_(mask, 1, pad)
+        # The occlusion conv reads the hourglass output's channels c and depth slices d as
+        # channel c * D + d: pad along c.
+        occlusion = self.occlusion
+        name = "tap_weight" if hasattr(occlusion, "tap_weight") else "weight"
+        weight = getattr(occlusion, name)
+        grouped = weight.unflatten(1, (hidden, -1))
+        padded = F.pad(grouped, (0, 0) * (grouped.dim() - 3) + (0, 0, 0, pad)).flatten(1, 2)
+        setattr(occlusion, name, nn.Parameter(padded, requires_grad=weight.requires_grad))
+        if isinstance(occlusion, nn.Conv2d):
+            occlusion.in_channels = padded.shape[1]
+        self.input_padding = pad
+
+
+def _pad_weight_(conv: nn.Module, dim: int, pad: int) -> None:
+    """Append ``pad`` zero input (``dim`` 1) or output (``dim`` 0, bias too) channels to a conv."""
+    weight = conv.weight
+    shape = list(weight.shape)
+    shape[dim] = pad
+    conv.weight = nn.Parameter(torch.cat([weight, weight.new_zeros(shape)], dim), requires_grad=weight.requires_grad)
+    if dim == 0:
+        if conv.bias is not None:
+            conv.bias = nn.Parameter(F.pad(conv.bias, (0, pad)), requires_grad=conv.bias.requires_grad)
+        conv.out_channels += pad
+    else:
+        conv.in_channels += pad
