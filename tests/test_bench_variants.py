@@ -9,10 +9,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 from bench_warp_decode_variants import (  # noqa: E402
-    ChannelPaddedConv, depth_taps_everywhere, pad_conv_channels, with_mask_conv3d,
+    ChannelPaddedConv, depth_taps_everywhere, pad_conv_channels, with_hourglass_110, with_mask_conv3d,
+    with_ncdhw_3d_weights, with_occlusion_conv2d, with_padded_mask_taps,
 )
 from ditto_core.models.decoder import SPADEDecoder  # noqa: E402
 from ditto_core.models.depth_tap_conv import DepthTapConv3d  # noqa: E402
+from ditto_core.models.spatial_tap_conv import SpatialTapConv2d  # noqa: E402
 from ditto_core.models.warp_network import WarpingNetwork  # noqa: E402
 from tests.parity import keypoint_pair, rel_l2  # noqa: E402
 
@@ -30,10 +32,15 @@ def nets():
     "make, changed",
     [
         (with_mask_conv3d, lambda dense: isinstance(dense.mask, torch.nn.Conv3d)),
+        (with_occlusion_conv2d, lambda dense: isinstance(dense.occlusion, torch.nn.Conv2d)),
+        (with_hourglass_110, lambda dense: dense.mask.slice_conv.weight.shape[1] == 142 and not dense.input_padding),
+        (with_ncdhw_3d_weights, lambda dense: dense.hourglass.decoder.conv.weight.is_contiguous()),
+        (with_padded_mask_taps, lambda dense: isinstance(dense.mask.slice_conv, ChannelPaddedConv)),
         (depth_taps_everywhere, lambda dense: isinstance(dense.hourglass.decoder.conv.conv, DepthTapConv3d)),
         (lambda n: pad_conv_channels(n, 8), lambda dense: isinstance(dense.mask.slice_conv, ChannelPaddedConv)),
     ],
-    ids=["mask_conv3d", "depth_taps_everywhere", "pad_channels_8"],
+    ids=["mask_conv3d", "occlusion_conv2d", "hourglass_110", "ncdhw_3d", "pad_mask_taps", "depth_taps_everywhere",
+         "pad_channels_8"],
 )
 @torch.inference_mode()
 def test_variant_networks_compute_the_same_renders(nets, make, changed):
@@ -43,6 +50,10 @@ def test_variant_networks_compute_the_same_renders(nets, make, changed):
     expected = decoder(warp(feature, kp_source, kp_driving))
     variant_warp, variant_decoder = make(nets)
     assert changed(variant_warp.dense_motion_network)
-    assert isinstance(warp.dense_motion_network.mask, DepthTapConv3d)  # the originals are untouched
+    # The originals are untouched.
+    assert isinstance(warp.dense_motion_network.mask, DepthTapConv3d)
+    assert isinstance(warp.dense_motion_network.occlusion, SpatialTapConv2d)
+    assert warp.dense_motion_network.input_padding == 2
+    assert warp.dense_motion_network.hourglass.decoder.conv.weight.is_contiguous(memory_format=torch.channels_last_3d)
     got = variant_decoder(variant_warp(feature, kp_source, kp_driving))
     assert rel_l2(got, expected) < 1e-5
