@@ -450,25 +450,27 @@ def run_ours(engine: WarpDecodeEngine, scene: Scene, settings: Settings, path: P
     # by x264 on the host's CPU, and a one-off stall (a collection of the objects compiling left
     # behind, another process on the host) must not land on one variant only. Medians are reported.
     ramp = engine.first_batch
-    runs: dict[str, list[tuple[float, Optional[float]]]] = {"": [], "_without_ramp": []}
+    runs: dict[str, list[dict]] = {"": [], "_without_ramp": []}
     for _ in range(DELIVERED_REPEATS):
         for suffix, first_batch in (("", ramp), ("_without_ramp", 0)):
             engine.first_batch = first_batch
             gc.collect()
             start = time.perf_counter()
+            handed = []  # when each batch had been handed to the writer: where a stall sits
             with VideoWriter(path, width=settings.width, height=settings.height, fps=FPS, crf=settings.crf,
                              preset=settings.preset) as writer:
                 stamps = first_encode_clock(writer)
                 for first, renders in engine.iter_render(scene.source, motion):
                     writer.write(paste(first, renders))
+                    handed.append(round(1000 * (time.perf_counter() - start), 1))
             delivered_s = time.perf_counter() - start
-            runs[suffix].append((frames / delivered_s, 1000 * (stamps[0] - start) if stamps else None))
+            runs[suffix].append({"fps": frames / delivered_s, "batches_handed_ms": handed,
+                                 "first_frame_ms": 1000 * (stamps[0] - start) if stamps else None})
     engine.first_batch = ramp
     for suffix, measured in runs.items():
-        fps = [f for f, _ in measured]
-        first_ms = [ms for _, ms in measured if ms is not None]
-        result[f"delivered_fps{suffix}"] = statistics.median(fps)
-        result[f"delivered_fps{suffix}_runs"] = fps
+        first_ms = [run["first_frame_ms"] for run in measured if run["first_frame_ms"] is not None]
+        result[f"delivered_fps{suffix}"] = statistics.median(run["fps"] for run in measured)
+        result[f"delivered{suffix}_runs"] = measured
         result[f"first_frame_ms{suffix}"] = statistics.median(first_ms) if first_ms else None
     return {**result, "first_batch": ramp, "mp4_frames": count_frames(path)}
 
