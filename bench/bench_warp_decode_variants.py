@@ -229,26 +229,27 @@ def with_padded_mask_taps(nets: tuple[nn.Module, nn.Module]) -> tuple[nn.Module,
     return warp, decoder
 
 
+# Variant spec keys that rebuild the networks (each called with the networks and the key's
+# value), applied in this order.
+NETWORK_CHANGES: dict[str, Callable[[tuple[nn.Module, ...], object], tuple[nn.Module, ...]]] = {
+    "mask_conv3d": lambda nets, _: with_mask_conv3d(nets),
+    "occlusion_conv2d": lambda nets, _: with_occlusion_conv2d(nets),
+    "hourglass_110": lambda nets, _: with_hourglass_110(nets),
+    "depth_taps_everywhere": lambda nets, _: depth_taps_everywhere(nets),
+    "pad_channels": pad_conv_channels,
+    "ncdhw_3d": lambda nets, _: with_ncdhw_3d_weights(nets),
+    "pad_mask_taps": lambda nets, _: with_padded_mask_taps(nets),
+    "channels_last": lambda nets, _: channels_last_copies(nets),
+}
+
+
 def run_variant(name: str, nets: tuple[nn.Module, nn.Module], inputs: tuple[Tensor, Tensor, Tensor],
                 batch: int, reference: Tensor, cache_dir: Path, reps: int, profile: bool) -> dict:
     spec = VARIANTS[name]
     torch._dynamo.reset()
-    if spec.get("mask_conv3d"):
-        nets = with_mask_conv3d(nets)
-    if spec.get("occlusion_conv2d"):
-        nets = with_occlusion_conv2d(nets)
-    if spec.get("hourglass_110"):
-        nets = with_hourglass_110(nets)
-    if spec.get("depth_taps_everywhere"):
-        nets = depth_taps_everywhere(nets)
-    if spec.get("pad_channels"):
-        nets = pad_conv_channels(nets, spec["pad_channels"])
-    if spec.get("ncdhw_3d"):
-        nets = with_ncdhw_3d_weights(nets)
-    if spec.get("pad_mask_taps"):
-        nets = with_padded_mask_taps(nets)
-    if spec.get("channels_last"):
-        nets = channels_last_copies(nets)
+    for key, change in NETWORK_CHANGES.items():
+        if spec.get(key):
+            nets = change(nets, spec[key])
     f_s, kp_s, kp_d = inputs
     with variant_settings(spec):
         engine = WarpDecodeEngine(*nets, batch_size=batch, compile=True, cache_dir=cache_dir)
