@@ -8,6 +8,11 @@ volume, 140 GFLOP a frame) in several exact formulations, side by side.
   (cuDNN's aligned kernels want a multiple of 8; conv only, the padding is not timed);
 * ``depth_row_taps``: a 1x7 2-D conv with the depth and row taps on the output channels
   (142 -> 1078), then a shifted sum over both (more memory traffic, a GEMM-friendlier shape);
+* ``depth_block_taps``: the 7x7 kernel of the depth-tap conv cut into 3 + 3 + 1 rows and
+  columns: four 3x3, two 3x1, two 1x3 and one 1x1 block, each block shape one conv with its
+  blocks (x 154 channels) on the output channels, then one shifted sum over blocks and depth
+  taps. The same multiply-adds, in the 3x3 shapes that cuDNN gives its Hopper kernels (the 7x7
+  conv gets an Ampere one), for 1386 channels of partial sums written and read back;
 * ``depth_taps_max_autotune``: the ``depth_taps`` conv compiled with Inductor's max-autotune,
   which benchmarks its Triton convolution templates against cuDNN and keeps the faster.
 
@@ -54,6 +59,45 @@ def depth_row_taps(conv: nn.Conv3d) -> Callable[[Tensor], Tensor]:
     return forward
 
 
+# A 7x7 kernel axis cut into blocks of 3, 3 and 1 taps: (first tap, length) of each.
+_BLOCKS = ((0, 3), (3, 3), (6, 1))
+
+
+def depth_block_taps(conv: nn.Conv3d) -> Callable[[Tensor], Tensor]:
+    """The mask layer as depth-tap convs over 3x3 / 3x1 / 1x3 / 1x1 blocks of the 7x7 kernel + shifted sums.
+
+    With the input zero-padded by 3 once, block (rows r0.., columns c0..) as a valid conv gives
+    z[r', c'] = sum_ab W[r0 + a, c0 + b] x_padded[r' + a, c' + b], and the 7x7 conv's output at
+    (r, c) is the sum over blocks of z[r + r0, c + c0].
+    """
+    out_c, in_c, kd, kh, kw = conv.weight.shape
+    assert kh == kw == sum(n for _, n in _BLOCKS), "the blocks cover a 7x7 kernel"
+    taps = conv.weight.permute(2, 0, 1, 3, 4).reshape(kd * out_c, in_c, kh, kw)  # (depth tap, out) on dim 0
+    shapes: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for (r0, rows), (c0, cols) in ((r, c) for r in _BLOCKS for c in _BLOCKS):
+        shapes.setdefault((rows, cols), []).append((r0, c0))
+    weights = {
+        shape: torch.cat([taps[:, :, r0 : r0 + shape[0], c0 : c0 + shape[1]] for r0, c0 in starts]).contiguous()
+        for shape, starts in shapes.items()
+    }
+    bias = conv.bias.float()
+    pad = kh // 2
+
+    def forward(x: Tensor) -> Tensor:
+        b, _, d, h, w = x.shape
+        padded = F.pad(x.transpose(1, 2).flatten(0, 1), (pad,) * 4)
+        total = 0
+        for shape, starts in shapes.items():
+            z = F.conv2d(padded, weights[shape]).float().unflatten(1, (len(starts), kd * out_c))
+            total = total + sum(z[:, i, :, r0 : r0 + h, c0 : c0 + w] for i, (r0, c0) in enumerate(starts))
+        z = total.unflatten(0, (b, d)).unflatten(2, (kd, out_c))  # (B, D, kd, out, H, W)
+        z = F.pad(z, (0, 0, 0, 0, 0, 0, 0, 0, kd // 2, kd // 2))
+        out = sum(z[:, i : i + d, i] for i in range(kd))
+        return out.transpose(1, 2) + bias[:, None, None, None]
+
+    return forward
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
@@ -78,6 +122,7 @@ def main() -> None:
 
     compiled_taps = torch.compile(taps)
     compiled_row_taps = torch.compile(depth_row_taps(conv))
+    compiled_block_taps = torch.compile(depth_block_taps(conv))
     variants: dict[str, tuple[Callable[[], Tensor], bool]] = {  # name -> (call, output is the layer's)
         "conv3d": (lambda: conv(x), True),
         "depth_taps_eager": (lambda: taps(x), True),
@@ -85,6 +130,7 @@ def main() -> None:
         "depth_taps_conv_only": (lambda: taps.slice_conv(slices), False),
         "depth_taps_cin144_conv_only": (lambda: F.conv2d(padded, weight144, padding=TAPS // 2), False),
         "depth_row_taps_compiled": (lambda: compiled_row_taps(x), True),
+        "depth_block_taps_compiled": (lambda: compiled_block_taps(x), True),
     }
     if not args.skip_autotune:
         with torch._inductor.config.patch(max_autotune=True, max_autotune_gemm_backends="ATEN,TRITON"):

@@ -1,5 +1,5 @@
-"""The warp+decode variants benchmark compares exact rewrites: each variant's networks must
-compute what the shipped ones compute, or its timing compares different work."""
+"""The warp+decode and mask-conv benchmarks compare exact rewrites: each variant must compute
+what the shipped networks (or the layer) compute, or its timing compares different work."""
 import sys
 from pathlib import Path
 
@@ -8,6 +8,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
+from bench_mask_conv import depth_block_taps, depth_row_taps  # noqa: E402
 from bench_warp_decode_variants import (  # noqa: E402
     ChannelPaddedConv, depth_taps_everywhere, pad_conv_channels, with_hourglass_110, with_mask_conv3d,
     with_ncdhw_3d_weights, with_occlusion_conv2d, with_padded_mask_taps,
@@ -57,3 +58,18 @@ def test_variant_networks_compute_the_same_renders(nets, make, changed):
     assert warp.dense_motion_network.hourglass.decoder.conv.weight.is_contiguous(memory_format=torch.channels_last_3d)
     got = variant_decoder(variant_warp(feature, kp_source, kp_driving))
     assert rel_l2(got, expected) < 1e-5
+
+
+@pytest.mark.parametrize("formulation", [depth_block_taps, depth_row_taps], ids=["block_taps", "row_taps"])
+@torch.inference_mode()
+def test_mask_conv_formulations_compute_the_layer(formulation):
+    torch.manual_seed(3)
+    conv = torch.nn.Conv3d(6, 3, 7, padding=3)
+    x = torch.randn(2, 6, 9, 11, 10, generator=torch.Generator().manual_seed(4))
+    want = conv(x)
+    got = formulation(conv)(x)
+    assert got.shape == want.shape
+    assert rel_l2(got, want) < 1e-5
+    # The borders, where the blocks read the zero padding, are right too.
+    assert torch.allclose(got[..., [0, -1], :], want[..., [0, -1], :], atol=1e-5)
+    assert torch.allclose(got[..., [0, -1]], want[..., [0, -1]], atol=1e-5)
