@@ -13,6 +13,9 @@ volume, 140 GFLOP a frame) in several exact formulations, side by side.
   blocks (x 154 channels) on the output channels, then one shifted sum over blocks and depth
   taps. The same multiply-adds, in the 3x3 shapes that cuDNN gives its Hopper kernels (the 7x7
   conv gets an Ampere one), for 1386 channels of partial sums written and read back;
+* ``depth_taps_conv_only_nhwc`` / ``depth_taps_triton_conv_only``: the depth-tap conv alone on
+  what the engine hands it now (NHWC slices, 144 channels), by cuDNN and by the implicit-GEMM
+  Triton kernel of ``mask_conv_triton.py`` (autotuned over its tile configs on the first call);
 * ``depth_taps_max_autotune``: the ``depth_taps`` conv compiled with Inductor's max-autotune,
   which benchmarks its Triton convolution templates against cuDNN and keeps the faster.
 
@@ -27,7 +30,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -98,6 +101,24 @@ def depth_block_taps(conv: nn.Conv3d) -> Callable[[Tensor], Tensor]:
     return forward
 
 
+def triton_slice_conv(weight: Tensor, slices_nhwc: Tensor) -> Optional[Callable[[], Tensor]]:
+    """The depth-tap conv of channels-last ``slices_nhwc`` by the Triton kernel, as (S, out, H, W)
+    channels-last like cuDNN's; ``None`` where Triton is missing. Its ``best_config()`` names the
+    tile configuration the autotuner kept."""
+    try:
+        from mask_conv_triton import _slice_conv_kernel, pack_weight, slice_conv_nhwc
+    except ImportError:
+        return None
+    packed = pack_weight(weight)
+    x = slices_nhwc.permute(0, 2, 3, 1)  # (S, H, W, C), channels innermost: no copy
+
+    def call() -> Tensor:
+        return slice_conv_nhwc(x, packed, weight.shape[0], tuple(weight.shape[2:])).permute(0, 3, 1, 2)
+
+    call.best_config = lambda: _slice_conv_kernel.best_config
+    return call
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
@@ -132,6 +153,13 @@ def main() -> None:
         "depth_row_taps_compiled": (lambda: compiled_row_taps(x), True),
         "depth_block_taps_compiled": (lambda: compiled_block_taps(x), True),
     }
+    # What the engine hands the conv: 144 channels (the hourglass is padded), NHWC slices.
+    slices_nhwc = padded.contiguous(memory_format=torch.channels_last)
+    weight_nhwc = weight144.contiguous(memory_format=torch.channels_last)
+    variants["depth_taps_conv_only_nhwc"] = (lambda: F.conv2d(slices_nhwc, weight_nhwc, padding=TAPS // 2), False)
+    triton_conv = triton_slice_conv(weight144, slices_nhwc)
+    if triton_conv is not None:
+        variants["depth_taps_triton_conv_only"] = (triton_conv, False)
     if not args.skip_autotune:
         with torch._inductor.config.patch(max_autotune=True, max_autotune_gemm_backends="ATEN,TRITON"):
             autotuned = torch.compile(taps, mode="max-autotune-no-cudagraphs")
@@ -159,6 +187,9 @@ def main() -> None:
         entry["tflops"] = flops / (entry["ms_per_frame"]["median_ms"] * args.batch / 1e3) / 1e12
         if is_layer:
             entry["rel_l2_vs_fp32_conv3d"] = rel_l2(out, reference)
+        elif name == "depth_taps_triton_conv_only":
+            entry["rel_l2_vs_cudnn_conv_only"] = rel_l2(out.float(), taps.slice_conv(slices).float())
+            entry["config"] = str(getattr(triton_conv, "best_config", lambda: None)())
         results["variants"][name] = entry
         print(f"{name:30s} {entry['ms_per_frame']['median_ms']:.3f} ms/frame  {entry['tflops']:.0f} TFLOP/s", flush=True)
     emit(results, args.out)

@@ -73,3 +73,20 @@ def test_mask_conv_formulations_compute_the_layer(formulation):
     # The borders, where the blocks read the zero padding, are right too.
     assert torch.allclose(got[..., [0, -1], :], want[..., [0, -1], :], atol=1e-5)
     assert torch.allclose(got[..., [0, -1]], want[..., [0, -1]], atol=1e-5)
+
+
+@pytest.mark.gpu
+@torch.inference_mode()
+def test_triton_slice_conv_matches_the_fp32_conv_on_cuda():
+    pytest.importorskip("triton")
+    from mask_conv_triton import pack_weight, slice_conv_nhwc
+
+    torch.manual_seed(0)
+    weight = torch.randn(154, 144, 7, 7, device="cuda") / (144 * 49) ** 0.5
+    x = torch.randn(4, 144, 64, 64, device="cuda").contiguous(memory_format=torch.channels_last)
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        want = torch.nn.functional.conv2d(x, weight, padding=3)
+        cudnn_half = torch.nn.functional.conv2d(x.half(), weight.half(), padding=3).float()
+    got = slice_conv_nhwc(x.half().permute(0, 2, 3, 1), pack_weight(weight.half()), 154, (7, 7))
+    got = got.permute(0, 3, 1, 2).float()
+    assert rel_l2(got, want) < 2 * rel_l2(cudnn_half, want) + 1e-4
