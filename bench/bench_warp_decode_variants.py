@@ -21,6 +21,8 @@ different backend settings, in one process, and is timed on the same inputs:
 * ``channels_last+...``: conv weights stored NHWC / NDHWC before compiling;
 * ``ncdhw_3d``: the 3-D conv weights (the hourglass) stored NCDHW again (before
   ``WarpingNetwork.prepare_for_inference`` stored them NDHWC);
+* ``triton_mask_conv``: the mask conv's depth-sliced 7x7 conv by the Triton kernel of
+  ``mask_conv_triton.py`` instead of cuDNN (a candidate, not yet measured);
 * ``pad_mask_taps``: the mask conv's 154 tap channels (7 depth taps x 22) zero-padded to 160;
 * ``max_autotune``: Inductor's Triton convolution templates benchmarked against cuDNN (slow to
   compile);
@@ -74,6 +76,7 @@ VARIANTS: dict[str, dict] = {
     "channels_last+pad_channels_8": {"channels_last": True, "pad_channels": 8},
     "ncdhw_3d": {"ncdhw_3d": True},
     "pad_mask_taps": {"pad_mask_taps": True},
+    "triton_mask_conv": {"triton_mask_conv": True},
     "max_autotune": {"inductor": {"max_autotune": True, "max_autotune_gemm_backends": "ATEN,TRITON"}},
     "coordinate_descent": {"inductor": {"coordinate_descent_tuning": True}},
     "conv_1x1_as_mm": {"inductor": {"conv_1x1_as_mm": True}},
@@ -239,8 +242,19 @@ NETWORK_CHANGES: dict[str, Callable[[tuple[nn.Module, ...], object], tuple[nn.Mo
     "pad_channels": pad_conv_channels,
     "ncdhw_3d": lambda nets, _: with_ncdhw_3d_weights(nets),
     "pad_mask_taps": lambda nets, _: with_padded_mask_taps(nets),
+    "triton_mask_conv": lambda nets, _: with_triton_mask_conv(nets),
     "channels_last": lambda nets, _: channels_last_copies(nets),
 }
+
+
+def with_triton_mask_conv(nets: tuple[nn.Module, nn.Module]) -> tuple[nn.Module, nn.Module]:
+    """Copies whose mask conv runs its 2-D slice conv through the Triton kernel."""
+    from mask_conv_triton import TritonSliceConv  # imports Triton: only when the variant runs
+
+    warp, decoder = (copy.deepcopy(net) for net in nets)
+    mask = warp.dense_motion_network.mask
+    mask.slice_conv = TritonSliceConv(mask.slice_conv)
+    return warp, decoder
 
 
 def run_variant(name: str, nets: tuple[nn.Module, nn.Module], inputs: tuple[Tensor, Tensor, Tensor],

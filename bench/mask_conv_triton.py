@@ -12,14 +12,16 @@ Implicit GEMM: output pixel p of slice s and channel n is
 each step of the K loop loads one tap's shifted pixel tile for one channel block (zero outside
 the image) and one weight block, and multiplies them on the tensor cores in fp32.
 
-Not used by the engine: a benchmark candidate until it is measured faster.
+Not used by the engine: a benchmark candidate until it is measured faster (``bench_mask_conv.py``
+times the conv alone, ``bench_warp_decode_variants.py --variants baseline triton_mask_conv`` the
+engine with :class:`TritonSliceConv` in the mask conv).
 """
 from __future__ import annotations
 
 import torch
 import triton
 import triton.language as tl
-from torch import Tensor
+from torch import Tensor, nn
 
 # BLOCK_N + TAIL_N output channels per program, in two accumulators so that 154 channels fit
 # one program (128 + 32 = 160) with power-of-two dot shapes. One program per pixel tile
@@ -109,3 +111,22 @@ def slice_conv_nhwc(x: Tensor, packed: Tensor, out_channels: int, kernel: tuple[
         H=height, W=width, C=channels, N=out_channels, N_PAD=packed.shape[2], KH=kernel[0], KW=kernel[1],
     )
     return out
+
+
+class TritonSliceConv(nn.Module):
+    """Drop-in for :class:`DepthTapConv3d`'s ``slice_conv`` (a bias-free 'same' 2-D conv) that
+    runs the kernel: (S, C, H, W) in any memory format (channels-last is read in place) ->
+    (S, N, H, W), channels-last, in the input's dtype."""
+
+    def __init__(self, conv: nn.Conv2d) -> None:
+        super().__init__()
+        if conv.bias is not None:
+            raise ValueError("TritonSliceConv replaces the bias-free slice conv of DepthTapConv3d")
+        self.register_buffer("packed", pack_weight(conv.weight.detach()))
+        self.out_channels = conv.out_channels
+        self.kernel_size = tuple(conv.kernel_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x.contiguous(memory_format=torch.channels_last).to(self.packed.dtype)
+        out = slice_conv_nhwc(x.permute(0, 2, 3, 1), self.packed, self.out_channels, self.kernel_size)
+        return out.permute(0, 3, 1, 2)

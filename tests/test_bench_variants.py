@@ -1,5 +1,6 @@
 """The warp+decode and mask-conv benchmarks compare exact rewrites: each variant must compute
 what the shipped networks (or the layer) compute, or its timing compares different work."""
+import copy
 import sys
 from pathlib import Path
 
@@ -90,3 +91,18 @@ def test_triton_slice_conv_matches_the_fp32_conv_on_cuda():
     got = slice_conv_nhwc(x.half().permute(0, 2, 3, 1), pack_weight(weight.half()), 154, (7, 7))
     got = got.permute(0, 3, 1, 2).float()
     assert rel_l2(got, want) < 2 * rel_l2(cudnn_half, want) + 1e-4
+
+
+@pytest.mark.gpu
+@torch.inference_mode()
+def test_triton_mask_conv_variant_renders_what_cudnn_renders_on_cuda(nets):
+    pytest.importorskip("triton")
+    from bench_warp_decode_variants import with_triton_mask_conv
+
+    warp, decoder = (copy.deepcopy(net).cuda().half() for net in nets)
+    feature = torch.randn(2, 32, 16, 64, 64, generator=torch.Generator().manual_seed(1)).cuda().half()
+    kp_source, kp_driving = (kp.cuda() for kp in keypoint_pair(2, seed=2))
+    expected = decoder(warp(feature, kp_source, kp_driving)).float()
+    variant_warp, variant_decoder = with_triton_mask_conv((warp, decoder))
+    got = variant_decoder(variant_warp(feature, kp_source, kp_driving)).float()
+    assert rel_l2(got, expected) < 2e-3
