@@ -101,22 +101,17 @@ def depth_block_taps(conv: nn.Conv3d) -> Callable[[Tensor], Tensor]:
     return forward
 
 
-def triton_slice_conv(weight: Tensor, slices_nhwc: Tensor) -> Optional[Callable[[], Tensor]]:
-    """The depth-tap conv of channels-last ``slices_nhwc`` by the Triton kernel, as (S, out, H, W)
-    channels-last like cuDNN's; ``None`` where Triton is missing. Its ``best_config()`` names the
-    tile configuration the autotuner kept."""
+def triton_slice_conv(weight: Tensor) -> Optional[nn.Module]:
+    """The depth-tap conv with ``weight`` (bias-free, 'same') as the Triton kernel's module, or
+    ``None`` where Triton is missing."""
     try:
-        from mask_conv_triton import _slice_conv_kernel, pack_weight, slice_conv_nhwc
+        from mask_conv_triton import TritonSliceConv
     except ImportError:
         return None
-    packed = pack_weight(weight)
-    x = slices_nhwc.permute(0, 2, 3, 1)  # (S, H, W, C), channels innermost: no copy
-
-    def call() -> Tensor:
-        return slice_conv_nhwc(x, packed, weight.shape[0], tuple(weight.shape[2:])).permute(0, 3, 1, 2)
-
-    call.best_config = lambda: _slice_conv_kernel.best_config
-    return call
+    out_c, in_c, kh, kw = weight.shape
+    conv = nn.Conv2d(in_c, out_c, (kh, kw), padding=(kh // 2, kw // 2), bias=False, device="meta")
+    conv.weight = nn.Parameter(weight.detach(), requires_grad=False)
+    return TritonSliceConv(conv)
 
 
 def main() -> None:
@@ -157,9 +152,9 @@ def main() -> None:
     slices_nhwc = padded.contiguous(memory_format=torch.channels_last)
     weight_nhwc = weight144.contiguous(memory_format=torch.channels_last)
     variants["depth_taps_conv_only_nhwc"] = (lambda: F.conv2d(slices_nhwc, weight_nhwc, padding=TAPS // 2), False)
-    triton_conv = triton_slice_conv(weight144, slices_nhwc)
+    triton_conv = triton_slice_conv(weight144)
     if triton_conv is not None:
-        variants["depth_taps_triton_conv_only"] = (triton_conv, False)
+        variants["depth_taps_triton_conv_only"] = (lambda: triton_conv(slices_nhwc), False)
     if not args.skip_autotune:
         with torch._inductor.config.patch(max_autotune=True, max_autotune_gemm_backends="ATEN,TRITON"):
             autotuned = torch.compile(taps, mode="max-autotune-no-cudagraphs")
@@ -189,7 +184,7 @@ def main() -> None:
             entry["rel_l2_vs_fp32_conv3d"] = rel_l2(out, reference)
         elif name == "depth_taps_triton_conv_only":
             entry["rel_l2_vs_cudnn_conv_only"] = rel_l2(out.float(), taps.slice_conv(slices).float())
-            entry["config"] = str(getattr(triton_conv, "best_config", lambda: None)())
+            entry["config"] = triton_conv.tile_config()
         results["variants"][name] = entry
         print(f"{name:30s} {entry['ms_per_frame']['median_ms']:.3f} ms/frame  {entry['tflops']:.0f} TFLOP/s", flush=True)
     emit(results, args.out)

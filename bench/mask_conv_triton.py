@@ -126,6 +126,11 @@ class TritonSliceConv(nn.Module):
         self.out_channels = conv.out_channels
         self.kernel_size = tuple(conv.kernel_size)
 
+    @staticmethod
+    def tile_config() -> str:
+        """The tile configuration the autotuner kept for the last shape it tuned."""
+        return str(_slice_conv_kernel.best_config)
+
     def forward(self, x: Tensor) -> Tensor:
         x = x.contiguous(memory_format=torch.channels_last).to(self.packed.dtype)
         out = slice_conv_nhwc(x.permute(0, 2, 3, 1), self.packed, self.out_channels, self.kernel_size)
