@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from ditto_core.errors import InputError
+from ditto_core.models.blocks import fold_batchnorms_
 from ditto_core.models.checkpoints import load_network
 from ditto_core.models.depth_tap_conv import DepthTapConv3d
 from ditto_core.models.spatial_tap_conv import SpatialTapConv2d
@@ -82,13 +83,17 @@ def test_reference_parity_cuda(official_ckpt_dir, load_case):
     assert rel_l2(out, case["outputs"]["out"]) < 1e-4
 
 
+def _small_random_case(seed: int) -> tuple[WarpingNetwork, tuple, torch.Tensor]:
+    """A random network (official layout, BatchNorms unfolded), 32x32 inputs, and its output."""
+    torch.manual_seed(seed)
+    net = WarpingNetwork().eval()
+    inputs = (torch.randn(1, 32, 16, 32, 32), *keypoint_pair(1, seed=seed + 1))
+    return net, inputs, net(*inputs)
+
+
 @torch.inference_mode()
 def test_prepare_for_inference_applies_every_rewrite_and_keeps_the_output():
-    torch.manual_seed(7)
-    net = WarpingNetwork().eval()
-    feature = torch.randn(1, 32, 16, 32, 32)
-    kp_source, kp_driving = keypoint_pair(1, seed=8)
-    before = net(feature, kp_source, kp_driving)
+    net, (feature, kp_source, kp_driving), before = _small_random_case(7)
     dense = net.dense_motion_network
     _, occlusion_before = dense(feature, kp_source, kp_driving)
     with pytest.raises(RuntimeError, match="BatchNorms folded first"):
@@ -118,3 +123,17 @@ def test_prepare_for_inference_applies_every_rewrite_and_keeps_the_output():
     _, occlusion = dense(feature, kp_source, kp_driving)
     assert rel_l2(occlusion, occlusion_before) < 1e-5
     assert rel_l2(after, before) < 1e-5
+
+
+@torch.inference_mode()
+def test_hourglass_padding_also_pads_plain_mask_and_occlusion_convs():
+    # pad_hourglass_channels_ is public: after BatchNorm folding alone, the mask and occlusion
+    # layers are still the official Conv3d / Conv2d and must be padded as such.
+    net, inputs, before = _small_random_case(9)
+    fold_batchnorms_(net)
+    dense = net.dense_motion_network
+    dense.pad_hourglass_channels_()
+    assert isinstance(dense.mask, torch.nn.Conv3d) and dense.mask.weight.shape[1] == 144
+    assert isinstance(dense.occlusion, torch.nn.Conv2d) and dense.occlusion.weight.shape[1] == 144 * 16
+    assert dense.occlusion.in_channels == 144 * 16
+    assert rel_l2(net(*inputs), before) < 1e-5
