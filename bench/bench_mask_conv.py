@@ -14,8 +14,9 @@ volume, 140 GFLOP a frame) in several exact formulations, side by side.
   taps. The same multiply-adds, in the 3x3 shapes that cuDNN gives its Hopper kernels (the 7x7
   conv gets an Ampere one), for 1386 channels of partial sums written and read back;
 * ``depth_taps_conv_only_nhwc`` / ``depth_taps_triton_conv_only``: the depth-tap conv alone on
-  what the engine hands it now (NHWC slices, 144 channels), by cuDNN and by the implicit-GEMM
-  Triton kernel of ``mask_conv_triton.py`` (autotuned over its tile configs on the first call);
+  what the engine hands it (NHWC slices, 144 channels), by cuDNN and by the implicit-GEMM
+  Triton kernel the engine runs (``ditto_core/models/slice_conv_triton.py``, autotuned over its
+  tile configs on the first call);
 * ``depth_taps_max_autotune``: the ``depth_taps`` conv compiled with Inductor's max-autotune,
   which benchmarks its Triton convolution templates against cuDNN and keeps the faster.
 
@@ -101,17 +102,14 @@ def depth_block_taps(conv: nn.Conv3d) -> Callable[[Tensor], Tensor]:
     return forward
 
 
-def triton_slice_conv(weight: Tensor) -> Optional[nn.Module]:
-    """The depth-tap conv with ``weight`` (bias-free, 'same') as the Triton kernel's module, or
-    ``None`` where Triton is missing."""
+def triton_slice_conv(weight: Tensor) -> Optional[Callable[[Tensor], Tensor]]:
+    """The depth-tap conv with ``weight`` (bias-free, 'same') by the engine's Triton kernel, on
+    NHWC images (N, C, H, W channels-last), or ``None`` where Triton is missing."""
     try:
-        from mask_conv_triton import TritonSliceConv
+        from ditto_core.models.slice_conv_triton import slice_conv_nhwc
     except ImportError:
         return None
-    out_c, in_c, kh, kw = weight.shape
-    conv = nn.Conv2d(in_c, out_c, (kh, kw), padding=(kh // 2, kw // 2), bias=False, device="meta")
-    conv.weight = nn.Parameter(weight.detach(), requires_grad=False)
-    return TritonSliceConv(conv)
+    return lambda x: slice_conv_nhwc(x.permute(0, 2, 3, 1), weight).permute(0, 3, 1, 2)
 
 
 def main() -> None:
@@ -184,7 +182,9 @@ def main() -> None:
             entry["rel_l2_vs_fp32_conv3d"] = rel_l2(out, reference)
         elif name == "depth_taps_triton_conv_only":
             entry["rel_l2_vs_cudnn_conv_only"] = rel_l2(out.float(), taps.slice_conv(slices).float())
-            entry["config"] = triton_conv.tile_config()
+            from ditto_core.models.slice_conv_triton import best_tile
+
+            entry["config"] = str(best_tile())
         results["variants"][name] = entry
         print(f"{name:30s} {entry['ms_per_frame']['median_ms']:.3f} ms/frame  {entry['tflops']:.0f} TFLOP/s", flush=True)
     emit(results, args.out)

@@ -288,7 +288,8 @@ def bench_warp_decode(
     engine, ready_s = compiled_engine(nets, batch, cache_dir, f_s, kp_s, kp_d, device)
     budget.compiles.append(ready_s)
     r.update(compile_first_s=engine.stats.compile_seconds, compile_ready_s=ready_s,
-             compiled=engine.stats.compiled, reason_eager=engine.stats.reason_eager)
+             compiled=engine.stats.compiled, reason_eager=engine.stats.reason_eager,
+             triton_convs=engine.stats.triton_convs)
     r["compiled_batched_ms"] = per_frame_ms(engine, batch, settings.reps)
     r["rel_l2_compiled_vs_strict_fp32"] = error(engine)
     return r, engine

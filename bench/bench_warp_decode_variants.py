@@ -21,8 +21,8 @@ different backend settings, in one process, and is timed on the same inputs:
 * ``channels_last+...``: conv weights stored NHWC / NDHWC before compiling;
 * ``ncdhw_3d``: the 3-D conv weights (the hourglass) stored NCDHW again (before
   ``WarpingNetwork.prepare_for_inference`` stored them NDHWC);
-* ``triton_mask_conv``: the mask conv's depth-sliced 7x7 conv by the Triton kernel of
-  ``mask_conv_triton.py`` instead of cuDNN (a candidate, not yet measured);
+* ``cudnn_mask_conv``: the mask conv's depth-sliced 7x7 conv by cuDNN (before the engine ran
+  it as the Triton kernel of ``ditto_core/models/slice_conv_triton.py``);
 * ``pad_mask_taps``: the mask conv's 154 tap channels (7 depth taps x 22) zero-padded to 160;
 * ``max_autotune``: Inductor's Triton convolution templates benchmarked against cuDNN (slow to
   compile);
@@ -76,7 +76,7 @@ VARIANTS: dict[str, dict] = {
     "channels_last+pad_channels_8": {"channels_last": True, "pad_channels": 8},
     "ncdhw_3d": {"ncdhw_3d": True},
     "pad_mask_taps": {"pad_mask_taps": True},
-    "triton_mask_conv": {"triton_mask_conv": True},
+    "cudnn_mask_conv": {"cudnn_mask_conv": True},
     "max_autotune": {"inductor": {"max_autotune": True, "max_autotune_gemm_backends": "ATEN,TRITON"}},
     "coordinate_descent": {"inductor": {"coordinate_descent_tuning": True}},
     "conv_1x1_as_mm": {"inductor": {"conv_1x1_as_mm": True}},
@@ -242,18 +242,27 @@ NETWORK_CHANGES: dict[str, Callable[[tuple[nn.Module, ...], object], tuple[nn.Mo
     "pad_channels": pad_conv_channels,
     "ncdhw_3d": lambda nets, _: with_ncdhw_3d_weights(nets),
     "pad_mask_taps": lambda nets, _: with_padded_mask_taps(nets),
-    "triton_mask_conv": lambda nets, _: with_triton_mask_conv(nets),
+    "cudnn_mask_conv": lambda nets, _: with_cudnn_mask_conv(nets),
     "channels_last": lambda nets, _: channels_last_copies(nets),
 }
 
 
-def with_triton_mask_conv(nets: tuple[nn.Module, nn.Module]) -> tuple[nn.Module, nn.Module]:
-    """Copies whose mask conv runs its 2-D slice conv through the Triton kernel."""
-    from mask_conv_triton import TritonSliceConv  # imports Triton: only when the variant runs
+class CudnnDepthTapConv3d(DepthTapConv3d):
+    """A depth-tap conv that stays on cuDNN: the engine's switch to the Triton kernel is ignored."""
 
+    @property
+    def use_triton(self) -> bool:
+        return False
+
+    @use_triton.setter
+    def use_triton(self, enabled: bool) -> None:
+        pass
+
+
+def with_cudnn_mask_conv(nets: tuple[nn.Module, nn.Module]) -> tuple[nn.Module, nn.Module]:
+    """Copies whose mask conv runs its 2-D slice conv through cuDNN whatever the engine decides."""
     warp, decoder = (copy.deepcopy(net) for net in nets)
-    mask = warp.dense_motion_network.mask
-    mask.slice_conv = TritonSliceConv(mask.slice_conv)
+    warp.dense_motion_network.mask.__class__ = CudnnDepthTapConv3d
     return warp, decoder
 
 
@@ -277,6 +286,7 @@ def run_variant(name: str, nets: tuple[nn.Module, nn.Module], inputs: tuple[Tens
     n = min(len(reference), batch)  # a batch smaller than the reference is compared frame for frame
     result = {
         "spec": spec, "compiled": engine.stats.compiled, "reason_eager": engine.stats.reason_eager,
+        "triton_convs": engine.stats.triton_convs,
         "compile_ready_s": ready_s, "ms_per_frame": summary_ms([t / batch for t in times]),
         "rel_l2_vs_strict_fp32": rel_l2(out[:n], reference[:n]),
     }

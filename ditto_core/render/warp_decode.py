@@ -5,7 +5,8 @@ single CUDA graph (``torch.compile(mode="reduce-overhead")``) covers both. Every
 compiled function sees has the same shapes: the last, shorter batch is padded to the batch
 size, and frames of a multi-frame source are gathered (and padded) outside the graph, so one
 clip compiles once. Where compilation is not available (CPU, no Triton, some Windows installs)
-or fails, the same function runs eagerly, announced once.
+or fails, the same function runs eagerly, announced once. Where it compiles, the warp network's
+mask conv also runs as a Triton kernel of ours (:mod:`ditto_core.models.slice_conv_triton`).
 
 Precision is the networks' own: the engine runs them in the dtype of their weights and hands
 them float32 keypoints; the warp network keeps its sampling grids in float32 by itself. No
@@ -26,6 +27,7 @@ from torch import Tensor, nn
 
 from ..compilation import announce_once, compile_available, compile_failures, reset_compiled_state
 from ..errors import DittoError, InputError
+from ..models.depth_tap_conv import triton_slice_conv_supported, use_triton_slice_convs_
 from ..motion.motion_sequence import MotionSequence
 from ..progress import ProgressCallback, report
 from ..registration.source_info import SourceInfo
@@ -81,6 +83,8 @@ class EngineStats:
     batch_size: int  # frames per call now (halved after each out-of-memory retry)
     reason_eager: str = ""  # why the eager path runs, when it does
     compile_seconds: Optional[float] = None  # first compiled call: tracing + Inductor (or its cache)
+    triton_convs: int = 0  # depth-tap convs running the Triton kernel (0: cuDNN's, and why not below)
+    reason_cudnn: str = ""
 
 
 class WarpDecodeEngine(nn.Module):
@@ -120,6 +124,11 @@ class WarpDecodeEngine(nn.Module):
         ok, why = compile_available(self.device) if compile else (False, "compile is off")
         self.stats = EngineStats(compiled=ok, batch_size=self.batch_size, reason_eager=why)
         self._step: Optional[Callable[[Tensor, Tensor, Tensor], Tensor]] = None
+        # The Triton mask conv goes with compilation: a machine that cannot compile Triton
+        # kernels (or a user who turned compiling off) gets the plain PyTorch path throughout.
+        triton_ok, self.stats.reason_cudnn = triton_slice_conv_supported(self.device, self.dtype) if ok else (False, why)
+        converted = use_triton_slice_convs_(warp_network, triton_ok)  # off too: another engine may have set it
+        self.stats.triton_convs = converted if triton_ok else 0
         if ok:
             use_compile_cache(cache_dir)
             self._step = torch.compile(self._forward, mode="reduce-overhead", dynamic=False)
@@ -262,6 +271,9 @@ class WarpDecodeEngine(nn.Module):
 
     def _disable_compile(self, why: str) -> None:
         self.stats.compiled, self.stats.reason_eager, self._step = False, why, None
+        if self.stats.triton_convs:  # the failure may be Triton's own
+            use_triton_slice_convs_(self.warp_network, False)
+            self.stats.triton_convs, self.stats.reason_cudnn = 0, why
         _announce_eager(why)
 
 

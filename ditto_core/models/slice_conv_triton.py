@@ -1,0 +1,167 @@
+"""The depth-tap mask conv's 2-D convolution as one Triton implicit-GEMM kernel. Imported lazily:
+needs ``triton`` (and a CUDA device, or ``TRITON_INTERPRET=1`` with a fixed ``tile``).
+
+Why: :class:`~.depth_tap_conv.DepthTapConv3d` turns the warp network's 7x7x7 mask conv into a
+7x7, 144 -> 154 channel 2-D convolution over 64x64 depth slices (140 GFLOP a frame). cuDNN runs
+that shape on an Ampere kernel at about 235 TFLOP/s on an H200, with a 256x64 tile that wastes
+a fifth of its MMA work on 154 channels, while its 3x3 convolutions get Hopper kernels. This
+kernel takes 0.32 ms a frame against cuDNN's 0.60 (439 TFLOP/s; ``bench/bench_mask_conv.py``,
+fp16, batch 32), and the compiled warp+decode 2.80 -> 2.56 ms a frame in the same run
+(``bench/bench_warp_decode_variants.py``, variant ``cudnn_mask_conv``).
+
+What makes it fast for this one shape: one program owns a tile of pixels and *all* output
+channels, in two accumulators of BLOCK_N + TAIL_N = 128 + 32 channels (power-of-two dot shapes,
+4 % wasted columns on 154), so each pixel tile's input is read once per tap rather than once per
+channel tile; each K step takes BLOCK_K + K_TAIL = 32 + 16 channels, so 144 channels are three
+steps with no masked-off waste; the input is read in place from the hourglass's channels-last
+output (a depth slice of an NDHWC volume is an NHWC image, strides passed through).
+
+Implicit GEMM: output pixel p of slice s and channel n is
+``sum over taps (i, j) and channels c of x[s, y(p) + i - KH//2, x(p) + j - KW//2, c] * w[i, j, c, n]``;
+each K step loads one tap's shifted pixel tile for one channel block (zero outside the image)
+and the matching weight rows, and multiplies them on the tensor cores with fp32 accumulation.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+__all__ = ["CONFIGS", "best_tile", "pack_weight", "slice_conv_nhwc"]
+
+# Tile shapes tried by the autotuner; the first was kept on an H200 for the mask conv (fp16, a
+# batch of 32: 512 slices). Each entry: BLOCK_M, BLOCK_N, TAIL_N, BLOCK_K, K_TAIL, warps, stages.
+_TILES = (
+    (128, 128, 32, 32, 16, 8, 3), (128, 128, 32, 32, 0, 8, 3), (128, 128, 32, 16, 0, 8, 4),
+    (64, 128, 32, 32, 16, 4, 3), (128, 64, 0, 32, 16, 4, 4), (256, 128, 32, 32, 16, 8, 2),
+)
+CONFIGS = [
+    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "TAIL_N": tn, "BLOCK_K": bk, "K_TAIL": kt},
+                  num_warps=warps, num_stages=stages)
+    for bm, bn, tn, bk, kt, warps, stages in _TILES
+]
+
+
+@triton.jit
+def _slice_conv_kernel(
+    x_ptr, w_ptr, out_ptr,
+    x_slice_stride, x_row_stride, x_pixel_stride,
+    H: tl.constexpr, W: tl.constexpr, C: tl.constexpr, N: tl.constexpr, N_PAD: tl.constexpr,
+    KH: tl.constexpr, KW: tl.constexpr, SLICES: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, K_TAIL: tl.constexpr,
+):
+    tiles_per_slice = tl.cdiv(H * W, BLOCK_M)
+    pid_m = tl.program_id(0)
+    s = pid_m // tiles_per_slice
+    offs_m = (pid_m % tiles_per_slice) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row = offs_m // W
+    col = offs_m % W
+    first_n = tl.program_id(1) * (BLOCK_N + TAIL_N)
+    offs_n = first_n + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    x_slice = x_ptr + s.to(tl.int64) * x_slice_stride
+    step_k: tl.constexpr = BLOCK_K + K_TAIL
+    k_steps: tl.constexpr = (C + step_k - 1) // step_k
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # Zero-width tails are not valid Triton shapes: the tail tensors exist only when used.
+    if TAIL_N > 0:
+        offs_tail_n = first_n + BLOCK_N + tl.arange(0, TAIL_N)
+        acc_tail = tl.zeros((BLOCK_M, TAIL_N), dtype=tl.float32)
+    if K_TAIL > 0:
+        offs_tail_k = BLOCK_K + tl.arange(0, K_TAIL)
+    for step in range(KH * KW * k_steps):
+        tap = step // k_steps
+        first_c = (step % k_steps) * step_k
+        src_row = row + tap // KW - KH // 2
+        src_col = col + tap % KW - KW // 2
+        inside = (src_row >= 0) & (src_row < H) & (src_col >= 0) & (src_col < W) & (offs_m < H * W)
+        pixels = x_slice + (src_row * x_row_stride + src_col * x_pixel_stride)[:, None]
+        # Weight rows are (tap, channel) pairs of the (KH * KW * C, N_PAD) packed weight.
+        w_rows = w_ptr + (tap * C + first_c) * N_PAD
+        channels = first_c + offs_k
+        a = tl.load(pixels + channels[None, :], mask=inside[:, None] & (channels[None, :] < C), other=0.0)
+        b_mask = offs_k[:, None] < C - first_c
+        b = tl.load(w_rows + offs_k[:, None] * N_PAD + offs_n[None, :], mask=b_mask & (offs_n[None, :] < N_PAD), other=0.0)
+        acc = tl.dot(a, b, acc)
+        if TAIL_N > 0:
+            b = tl.load(w_rows + offs_k[:, None] * N_PAD + offs_tail_n[None, :],
+                        mask=b_mask & (offs_tail_n[None, :] < N_PAD), other=0.0)
+            acc_tail = tl.dot(a, b, acc_tail)
+        if K_TAIL > 0:
+            channels = first_c + offs_tail_k
+            a = tl.load(pixels + channels[None, :], mask=inside[:, None] & (channels[None, :] < C), other=0.0)
+            b_mask = offs_tail_k[:, None] < C - first_c
+            b = tl.load(w_rows + offs_tail_k[:, None] * N_PAD + offs_n[None, :],
+                        mask=b_mask & (offs_n[None, :] < N_PAD), other=0.0)
+            acc = tl.dot(a, b, acc)
+            if TAIL_N > 0:
+                b = tl.load(w_rows + offs_tail_k[:, None] * N_PAD + offs_tail_n[None, :],
+                            mask=b_mask & (offs_tail_n[None, :] < N_PAD), other=0.0)
+                acc_tail = tl.dot(a, b, acc_tail)
+    out = out_ptr + s.to(tl.int64) * (H * W * N) + offs_m[:, None] * N
+    in_image = offs_m[:, None] < H * W
+    tl.store(out + offs_n[None, :], acc.to(out_ptr.dtype.element_ty), mask=in_image & (offs_n[None, :] < N))
+    if TAIL_N > 0:
+        tl.store(out + offs_tail_n[None, :], acc_tail.to(out_ptr.dtype.element_ty),
+                 mask=in_image & (offs_tail_n[None, :] < N))
+
+
+# The slice count is part of the key: 512 slices (a batch of 32) and 64 (the engine's eager
+# first batch of 4) fill the GPU differently and may keep different tiles.
+_autotuned_kernel = triton.autotune(configs=CONFIGS, key=["H", "W", "C", "N", "SLICES"])(_slice_conv_kernel)
+
+
+def pack_weight(weight: Tensor) -> Tensor:
+    """(N, C, KH, KW) conv weight -> (KH * KW * C, N_PAD): the GEMM's B operand, one row per
+    (tap, channel), zero columns up to a multiple of 32. The padding is for alignment: rows of
+    154 half-precision values (308 bytes) cannot be read in 16-byte vectors, and with them the
+    kernel took 0.41 ms a frame on an H200 instead of 0.35."""
+    packed = weight.permute(2, 3, 1, 0).reshape(-1, weight.shape[0])
+    return torch.nn.functional.pad(packed, (0, -weight.shape[0] % 32)).contiguous()
+
+
+def slice_conv_nhwc(x: Tensor, weight: Tensor, tile: Optional[triton.Config] = None) -> Tensor:
+    """'Same' zero-padded, stride-1, bias-free 2-D convolution of NHWC images.
+
+    Args:
+        x: (S, H, W, C) with unit channel stride (any other strides: a depth slice of an NDHWC
+            volume is read in place), float16 or bfloat16.
+        weight: (N, C, KH, KW) with odd KH and KW, in ``x``'s dtype.
+        tile: one of :data:`CONFIGS` to use instead of autotuning (a fixed tile also makes the
+            rounding reproducible across runs). CPU tensors (Triton's interpreter, where there
+            is nothing to time) use the first when none is given.
+
+    Returns (S, H, W, N) in ``x``'s dtype, accumulated in float32.
+    """
+    slices, height, width, channels = x.shape
+    out_channels, weight_channels, kh, kw = weight.shape
+    if x.stride(3) != 1 or weight_channels != channels or kh % 2 == 0 or kw % 2 == 0:
+        raise ValueError(
+            f"slice_conv_nhwc: needs NHWC images with unit channel stride and an odd (N, C, KH, KW) kernel "
+            f"with their C; got x {tuple(x.shape)} strides {x.stride()}, weight {tuple(weight.shape)}"
+        )
+    out = torch.empty(slices, height, width, out_channels, device=x.device, dtype=x.dtype)
+
+    def grid(meta: dict) -> tuple[int, int]:
+        return (slices * triton.cdiv(height * width, meta["BLOCK_M"]),
+                triton.cdiv(out_channels, meta["BLOCK_N"] + meta["TAIL_N"]))
+
+    packed = pack_weight(weight.to(x.dtype))
+    args = (x, packed, out, x.stride(0), x.stride(1), x.stride(2))
+    shape = dict(H=height, W=width, C=channels, N=out_channels, N_PAD=packed.shape[1], KH=kh, KW=kw, SLICES=slices)
+    if tile is None and not x.is_cuda:
+        tile = CONFIGS[0]
+    if tile is None:
+        _autotuned_kernel[grid](*args, **shape)
+    else:
+        _slice_conv_kernel[grid](*args, **shape, **tile.kwargs, num_warps=tile.num_warps, num_stages=tile.num_stages)
+    return out
+
+
+def best_tile() -> Optional[triton.Config]:
+    """The tile the autotuner kept for the last shape it tuned (for benchmark reports)."""
+    return getattr(_autotuned_kernel, "best_config", None)

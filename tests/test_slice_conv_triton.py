@@ -1,0 +1,120 @@
+"""The Triton kernel behind the warp network's mask conv (``ditto_core.models.slice_conv_triton``)
+computes the convolution it replaces: in Triton's interpreter on the CPU (every tile config) and
+on a GPU (autotuned, the real mask-conv shape, inside the compiled engine)."""
+import copy
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from ditto_core.models.decoder import SPADEDecoder
+from ditto_core.models.depth_tap_conv import DepthTapConv3d, triton_slice_conv_supported, use_triton_slice_convs_
+from ditto_core.models.warp_network import WarpingNetwork
+from tests.parity import keypoint_pair, rel_l2
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Run in a child process: Triton reads TRITON_INTERPRET when its kernels are defined.
+INTERPRETED = textwrap.dedent("""
+    import json
+    import torch
+    import torch.nn.functional as F
+    from ditto_core.models.depth_tap_conv import DepthTapConv3d
+    from ditto_core.models.slice_conv_triton import CONFIGS, slice_conv_nhwc
+
+    def rel(a, b):
+        return float((a.float() - b.float()).norm() / b.float().norm())
+
+    g = torch.Generator().manual_seed(0)
+    # Channel counts that leave partial K and N blocks, a non-square kernel, the image borders,
+    # and the depth slices of an NDHWC volume read in place (strided, unit channel stride).
+    volume = torch.randn(2, 44, 3, 9, 10, generator=g).half().contiguous(memory_format=torch.channels_last_3d)
+    slices = volume.transpose(1, 2).flatten(0, 1)
+    weight = (torch.randn(37, 44, 7, 5, generator=g) / 40).half()
+    want = F.conv2d(slices.float(), weight.float(), padding=(3, 2))
+    tiles = {}
+    for tile in CONFIGS:
+        got = slice_conv_nhwc(slices.permute(0, 2, 3, 1), weight, tile=tile).permute(0, 3, 1, 2)
+        tiles[str(tile.kwargs)] = [rel(got, want), str(got.dtype), list(got.shape)]
+    conv = torch.nn.Conv3d(12, 5, (3, 5, 3), padding=(1, 2, 1)).half()
+    x = torch.randn(1, 12, 4, 7, 6, generator=g).half()
+    reference = F.conv3d(x.float(), conv.weight.float(), conv.bias.float(), padding=(1, 2, 1))
+    taps = DepthTapConv3d(conv)
+    taps.use_triton = True
+    print(json.dumps({"tiles": tiles, "depth_taps": rel(taps(x), reference)}))
+""")
+
+
+def test_kernel_computes_the_conv_for_every_tile_in_the_interpreter():
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(result["tiles"]) >= 2
+    for tile, (error, dtype, shape) in result["tiles"].items():
+        # Inputs are exact in half precision; what is left is the float16 output's rounding.
+        assert error < 1e-3, tile
+        assert dtype == "torch.float16" and shape == [6, 37, 9, 10], tile
+    assert result["depth_taps"] < 1e-3
+
+
+def test_triton_is_chosen_only_for_half_precision_cuda():
+    assert triton_slice_conv_supported(torch.device("cpu"), torch.float16) == (
+        False, "the Triton conv needs a CUDA device")
+    if torch.cuda.is_available():
+        ok, why = triton_slice_conv_supported(torch.device("cuda"), torch.float32)
+        assert not ok and "half precision" in why
+
+
+def test_switch_reaches_every_depth_tap_conv_and_back():
+    warp = WarpingNetwork().eval().prepare_for_inference()
+    assert use_triton_slice_convs_(warp, True) == 1
+    assert warp.dense_motion_network.mask.use_triton
+    assert use_triton_slice_convs_(warp, False) == 1
+    assert not warp.dense_motion_network.mask.use_triton
+    assert use_triton_slice_convs_(SPADEDecoder(), True) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@torch.inference_mode()
+def test_mask_conv_by_triton_matches_fp32_as_closely_as_cudnn(dtype):
+    torch.manual_seed(0)
+    conv = torch.nn.Conv3d(144, 22, 7, padding=3).cuda()
+    x = torch.randn(4, 144, 16, 64, 64, device="cuda").contiguous(memory_format=torch.channels_last_3d)
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        want = conv(x)
+    taps = DepthTapConv3d(copy.deepcopy(conv).to(dtype))
+    cudnn = taps(x.to(dtype))
+    taps.use_triton = True
+    got = taps(x.to(dtype))
+    assert got.dtype == torch.float32 and got.shape == want.shape
+    assert rel_l2(got, want) < 1.5 * rel_l2(cudnn, want) + 1e-4
+
+
+@pytest.mark.gpu
+@torch.inference_mode()
+def test_compiled_engine_runs_the_triton_mask_conv_and_renders_what_cudnn_renders(tmp_path):
+    from ditto_core.render.warp_decode import WarpDecodeEngine
+
+    torch.manual_seed(0)
+    warp = WarpingNetwork().eval().prepare_for_inference().cuda().half()
+    decoder = SPADEDecoder().eval()
+    decoder.prepare_for_inference()
+    decoder = decoder.cuda().half()
+    feature = torch.randn(1, 32, 16, 64, 64, device="cuda").half()
+    kp_source, kp_driving = (kp.cuda() for kp in keypoint_pair(2, seed=2))
+    expected = decoder(warp(feature.expand(2, -1, -1, -1, -1), kp_source, kp_driving)).float()  # cuDNN: switch off
+    engine = WarpDecodeEngine(warp, decoder, batch_size=2, compile=True, cache_dir=tmp_path)
+    assert engine.stats.triton_convs == 1 and warp.dense_motion_network.mask.use_triton
+    got = engine.render_batch(feature, kp_source, kp_driving).float()
+    assert engine.stats.compiled
+    assert rel_l2(got, expected) < 2e-3
+    eager = WarpDecodeEngine(warp, decoder, batch_size=2, compile=False)
+    assert eager.stats.triton_convs == 0 and not warp.dense_motion_network.mask.use_triton
