@@ -25,7 +25,7 @@ kernel or lower (2.3e-4 against cuDNN's fp16 3-D conv's 3.1e-4, both against fp3
 ``bench/bench_mask_conv.py``).
 
 On CUDA in half precision the 2-D conv can run as a Triton kernel of ours instead of cuDNN
-(:mod:`.slice_conv_triton`: 0.35 against 0.60 ms a frame on an H200); the compiled
+(:mod:`.slice_conv_triton`: 0.32 against 0.60 ms a frame on an H200); the compiled
 warp+decode engine switches it on with :func:`use_triton_slice_convs_` where
 :func:`triton_slice_conv_supported` says it can run.
 """
