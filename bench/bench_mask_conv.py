@@ -17,6 +17,8 @@ volume, 140 GFLOP a frame) in several exact formulations, side by side.
   what the engine hands it (NHWC slices, 144 channels), by cuDNN and by the implicit-GEMM
   Triton kernel the engine runs (``ditto_core/models/slice_conv_triton.py``, autotuned over its
   tile configs on the first call);
+* ``triton_tile_*``: that kernel with each tile of the autotuner's list fixed, and with the
+  candidate tiles of ``CANDIDATE_TILES`` (which the autotuner does not try);
 * ``depth_taps_max_autotune``: the ``depth_taps`` conv compiled with Inductor's max-autotune,
   which benchmarks its Triton convolution templates against cuDNN and keeps the faster.
 
@@ -102,14 +104,33 @@ def depth_block_taps(conv: nn.Conv3d) -> Callable[[Tensor], Tensor]:
     return forward
 
 
-def triton_slice_conv(weight: Tensor) -> Optional[Callable[[Tensor], Tensor]]:
-    """The depth-tap conv with ``weight`` (bias-free, 'same') by the engine's Triton kernel, on
-    NHWC images (N, C, H, W channels-last), or ``None`` where Triton is missing."""
+# Tile shapes the autotuner does not try, timed here as candidates for its list (BLOCK_M,
+# BLOCK_N, TAIL_N, BLOCK_K, K_TAIL, warps, stages): 144 channels in one K step per tap (128 + 16;
+# two stages of 83 KB fit an H200's shared memory, not a consumer card's), and the kept tile with
+# more stages or fewer warps.
+CANDIDATE_TILES = ((128, 128, 32, 128, 16, 8, 2), (128, 128, 32, 32, 16, 8, 4), (128, 128, 32, 32, 16, 4, 3),
+                   (256, 128, 32, 32, 16, 8, 3))
+
+
+def triton_slice_convs(weight: Tensor) -> dict[str, Callable[[Tensor], Tensor]]:
+    """The depth-tap conv with ``weight`` (bias-free, 'same') by the engine's Triton kernel on
+    NHWC images (N, C, H, W channels-last): autotuned as the engine runs it, and with each tile
+    of its list and of :data:`CANDIDATE_TILES` fixed. Empty where Triton is missing."""
     try:
-        from ditto_core.models.slice_conv_triton import slice_conv_nhwc
+        from ditto_core.models.slice_conv_triton import CONFIGS, slice_conv_nhwc, tile_config
     except ImportError:
-        return None
-    return lambda x: slice_conv_nhwc(x.permute(0, 2, 3, 1), weight).permute(0, 3, 1, 2)
+        return {}
+
+    def conv(tile: Optional[object]) -> Callable[[Tensor], Tensor]:
+        return lambda x: slice_conv_nhwc(x.permute(0, 2, 3, 1), weight, tile=tile).permute(0, 3, 1, 2)
+
+    convs = {"depth_taps_triton_conv_only": conv(None)}
+    for tile in [*CONFIGS, *(tile_config(*shape) for shape in CANDIDATE_TILES)]:
+        k = tile.kwargs
+        name = (f"triton_tile_{k['BLOCK_M']}x{k['BLOCK_N']}+{k['TAIL_N']}_k{k['BLOCK_K']}+{k['K_TAIL']}"
+                f"_w{tile.num_warps}_s{tile.num_stages}")
+        convs[name] = conv(tile)
+    return convs
 
 
 def main() -> None:
@@ -150,9 +171,8 @@ def main() -> None:
     slices_nhwc = padded.contiguous(memory_format=torch.channels_last)
     weight_nhwc = weight144.contiguous(memory_format=torch.channels_last)
     variants["depth_taps_conv_only_nhwc"] = (lambda: F.conv2d(slices_nhwc, weight_nhwc, padding=TAPS // 2), False)
-    triton_conv = triton_slice_conv(weight144)
-    if triton_conv is not None:
-        variants["depth_taps_triton_conv_only"] = (lambda: triton_conv(slices_nhwc), False)
+    for name, triton_conv in triton_slice_convs(weight144).items():
+        variants[name] = (lambda triton_conv=triton_conv: triton_conv(slices_nhwc), False)
     if not args.skip_autotune:
         with torch._inductor.config.patch(max_autotune=True, max_autotune_gemm_backends="ATEN,TRITON"):
             autotuned = torch.compile(taps, mode="max-autotune-no-cudagraphs")
@@ -180,8 +200,9 @@ def main() -> None:
         entry["tflops"] = flops / (entry["ms_per_frame"]["median_ms"] * args.batch / 1e3) / 1e12
         if is_layer:
             entry["rel_l2_vs_fp32_conv3d"] = rel_l2(out, reference)
-        elif name == "depth_taps_triton_conv_only":
+        elif "triton" in name:
             entry["rel_l2_vs_cudnn_conv_only"] = rel_l2(out.float(), taps.slice_conv(slices).float())
+        if name == "depth_taps_triton_conv_only":
             from ditto_core.models.slice_conv_triton import best_tile
 
             entry["config"] = str(best_tile())

@@ -11,7 +11,11 @@ different backend settings, in one process, and is timed on the same inputs:
 * ``hourglass_110``: the hourglass input back at 110 channels and its output at 142 (before
   ``DenseMotionNetwork.pad_hourglass_channels_`` padded them to 112 and 144);
 * ``depth_taps_everywhere``: every 3-D conv of the warp network with depth taps as
-  :class:`DepthTapConv3d` (the 3x3x3 hourglass convs too);
+  :class:`DepthTapConv3d` (the 3x3x3 hourglass convs too; the compiled engine runs each on the
+  Triton kernel of ``ditto_core/models/slice_conv_triton.py``, as it does the mask conv);
+* ``depth_taps_full_res``: the same for the three 3x3x3 convs at the volume's full 64x64
+  resolution only (the first down block's and last up block's, on which cuDNN picks an Ampere
+  kernel, and the hourglass's output conv);
 * ``pad_channels_8``: conv channels zero-padded to multiples of 8 (the warp network has 110,
   142 and 22);
 * ``cudnn_benchmark``: ``torch.backends.cudnn.benchmark`` on (cuDNN times its algorithms for
@@ -73,6 +77,7 @@ VARIANTS: dict[str, dict] = {
     "channels_last+cudnn_benchmark": {"channels_last": True, "cudnn_benchmark": True},
     "pad_channels_8": {"pad_channels": 8},
     "depth_taps_everywhere": {"depth_taps_everywhere": True},
+    "depth_taps_full_res": {"depth_taps_full_res": True},
     "channels_last+pad_channels_8": {"channels_last": True, "pad_channels": 8},
     "ncdhw_3d": {"ncdhw_3d": True},
     "pad_mask_taps": {"pad_mask_taps": True},
@@ -165,6 +170,15 @@ def depth_taps_everywhere(nets: tuple[nn.Module, ...]) -> tuple[nn.Module, ...]:
         nets, lambda child: _KeepDtype(child) if isinstance(child, nn.Conv3d) and child.kernel_size[0] > 1 else None)
 
 
+def depth_taps_full_res(nets: tuple[nn.Module, nn.Module]) -> tuple[nn.Module, nn.Module]:
+    """Copies whose 3x3x3 convs at the feature volume's full resolution are depth-tap convs."""
+    warp, decoder = (copy.deepcopy(net) for net in nets)
+    hourglass = warp.dense_motion_network.hourglass
+    for parent in (hourglass.encoder.down_blocks[0], hourglass.decoder.up_blocks[-1], hourglass.decoder):
+        parent.conv = _KeepDtype(parent.conv)
+    return warp, decoder
+
+
 def with_mask_conv3d(nets: tuple[nn.Module, nn.Module]) -> tuple[nn.Module, nn.Module]:
     """Copies with the occlusion-mask conv back as the 7x7x7 Conv3d it replaces."""
     warp, decoder = (copy.deepcopy(net) for net in nets)
@@ -239,6 +253,7 @@ NETWORK_CHANGES: dict[str, Callable[[tuple[nn.Module, ...], object], tuple[nn.Mo
     "occlusion_conv2d": lambda nets, _: with_occlusion_conv2d(nets),
     "hourglass_110": lambda nets, _: with_hourglass_110(nets),
     "depth_taps_everywhere": lambda nets, _: depth_taps_everywhere(nets),
+    "depth_taps_full_res": lambda nets, _: depth_taps_full_res(nets),
     "pad_channels": pad_conv_channels,
     "ncdhw_3d": lambda nets, _: with_ncdhw_3d_weights(nets),
     "pad_mask_taps": lambda nets, _: with_padded_mask_taps(nets),

@@ -10,8 +10,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 from bench_mask_conv import depth_block_taps, depth_row_taps  # noqa: E402
 from bench_warp_decode_variants import (  # noqa: E402
-    ChannelPaddedConv, CudnnDepthTapConv3d, depth_taps_everywhere, pad_conv_channels, with_cudnn_mask_conv,
-    with_hourglass_110, with_mask_conv3d, with_ncdhw_3d_weights, with_occlusion_conv2d, with_padded_mask_taps,
+    ChannelPaddedConv, CudnnDepthTapConv3d, depth_taps_everywhere, depth_taps_full_res, pad_conv_channels,
+    with_cudnn_mask_conv, with_hourglass_110, with_mask_conv3d, with_ncdhw_3d_weights, with_occlusion_conv2d,
+    with_padded_mask_taps,
 )
 from ditto_core.models.decoder import SPADEDecoder  # noqa: E402
 from ditto_core.models.depth_tap_conv import DepthTapConv3d  # noqa: E402
@@ -46,9 +47,11 @@ def _ignores_triton_switch(mask: torch.nn.Module) -> bool:
         (depth_taps_everywhere, lambda dense: isinstance(dense.hourglass.decoder.conv.conv, DepthTapConv3d)),
         (lambda n: pad_conv_channels(n, 8), lambda dense: isinstance(dense.mask.slice_conv, ChannelPaddedConv)),
         (with_cudnn_mask_conv, lambda dense: _ignores_triton_switch(dense.mask)),
+        (depth_taps_full_res, lambda dense: isinstance(dense.hourglass.decoder.conv.conv, DepthTapConv3d)
+         and isinstance(dense.hourglass.encoder.down_blocks[1].conv, torch.nn.Conv3d)),
     ],
     ids=["mask_conv3d", "occlusion_conv2d", "hourglass_110", "ncdhw_3d", "pad_mask_taps", "depth_taps_everywhere",
-         "pad_channels_8", "cudnn_mask_conv"],
+         "pad_channels_8", "cudnn_mask_conv", "depth_taps_full_res"],
 )
 @torch.inference_mode()
 def test_variant_networks_compute_the_same_renders(nets, make, changed):

@@ -1,6 +1,7 @@
 """The Triton kernel behind the warp network's mask conv (``ditto_core.models.slice_conv_triton``)
 computes the convolution it replaces: in Triton's interpreter on the CPU (every tile config) and
-on a GPU (autotuned, the real mask-conv shape, inside the compiled engine)."""
+on a GPU (autotuned, the real mask-conv shape, inside the compiled engine). The benchmark's
+candidate tiles are checked with the kernel's own."""
 import copy
 import json
 import os
@@ -24,8 +25,9 @@ INTERPRETED = textwrap.dedent("""
     import json
     import torch
     import torch.nn.functional as F
+    from bench_mask_conv import CANDIDATE_TILES
     from ditto_core.models.depth_tap_conv import DepthTapConv3d
-    from ditto_core.models.slice_conv_triton import CONFIGS, slice_conv_nhwc
+    from ditto_core.models.slice_conv_triton import CONFIGS, slice_conv_nhwc, tile_config
 
     def rel(a, b):
         return float((a.float() - b.float()).norm() / b.float().norm())
@@ -38,29 +40,38 @@ INTERPRETED = textwrap.dedent("""
     weight = (torch.randn(37, 44, 7, 5, generator=g) / 40).half()
     want = F.conv2d(slices.float(), weight.float(), padding=(3, 2))
     tiles = {}
-    for tile in CONFIGS:
+    # The benchmark's candidate tiles too: their timings must be of the same convolution.
+    for tile in [*CONFIGS, *(tile_config(*shape) for shape in CANDIDATE_TILES)]:
         got = slice_conv_nhwc(slices.permute(0, 2, 3, 1), weight, tile=tile).permute(0, 3, 1, 2)
-        tiles[str(tile.kwargs)] = [rel(got, want), str(got.dtype), list(got.shape)]
+        tiles[str(tile)] = [rel(got, want), str(got.dtype), list(got.shape)]
+    # More output channels than one program covers (several programs along N, as for the
+    # depth taps of a 3x3x3 conv with 64 or 144 outputs).
+    wide = (torch.randn(170, 44, 3, 3, generator=g) / 20).half()
+    want_wide = F.conv2d(slices.float(), wide.float(), padding=1)
+    wide_errors = [rel(slice_conv_nhwc(slices.permute(0, 2, 3, 1), wide, tile=CONFIGS[i]).permute(0, 3, 1, 2),
+                       want_wide) for i in (0, 4)]
     conv = torch.nn.Conv3d(12, 5, (3, 5, 3), padding=(1, 2, 1)).half()
     x = torch.randn(1, 12, 4, 7, 6, generator=g).half()
     reference = F.conv3d(x.float(), conv.weight.float(), conv.bias.float(), padding=(1, 2, 1))
     taps = DepthTapConv3d(conv)
     taps.use_triton = True
-    print(json.dumps({"tiles": tiles, "depth_taps": rel(taps(x), reference)}))
+    print(json.dumps({"tiles": tiles, "tile_count": len(CONFIGS) + len(CANDIDATE_TILES), "wide": wide_errors,
+                      "depth_taps": rel(taps(x), reference)}))
 """)
 
 
 def test_kernel_computes_the_conv_for_every_tile_in_the_interpreter():
     pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "bench")]))
     done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(result["tiles"]) >= 2
+    assert len(result["tiles"]) == result["tile_count"] >= 2  # every tile ran, none shadowed another
     for tile, (error, dtype, shape) in result["tiles"].items():
         # Inputs are exact in half precision; what is left is the float16 output's rounding.
         assert error < 1e-3, tile
         assert dtype == "torch.float16" and shape == [6, 37, 9, 10], tile
+    assert max(result["wide"]) < 1e-3
     assert result["depth_taps"] < 1e-3
 
 

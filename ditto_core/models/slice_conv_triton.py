@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-__all__ = ["CONFIGS", "best_tile", "pack_weight", "slice_conv_nhwc"]
+__all__ = ["CONFIGS", "best_tile", "pack_weight", "slice_conv_nhwc", "tile_config"]
 
 # Tile shapes tried by the autotuner; the first was kept on an H200 for the mask conv (fp16, a
 # batch of 32: 512 slices). Each entry: BLOCK_M, BLOCK_N, TAIL_N, BLOCK_K, K_TAIL, warps, stages.
@@ -38,11 +38,16 @@ _TILES = (
     (128, 128, 32, 32, 16, 8, 3), (128, 128, 32, 32, 0, 8, 3), (128, 128, 32, 16, 0, 8, 4),
     (64, 128, 32, 32, 16, 4, 3), (128, 64, 0, 32, 16, 4, 4), (256, 128, 32, 32, 16, 8, 2),
 )
-CONFIGS = [
-    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "TAIL_N": tn, "BLOCK_K": bk, "K_TAIL": kt},
-                  num_warps=warps, num_stages=stages)
-    for bm, bn, tn, bk, kt, warps, stages in _TILES
-]
+
+
+def tile_config(block_m: int, block_n: int, tail_n: int, block_k: int, k_tail: int, warps: int, stages: int
+                ) -> triton.Config:
+    """One tile shape as the kernel's launch config (``bench/bench_mask_conv.py`` times others)."""
+    return triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "TAIL_N": tail_n, "BLOCK_K": block_k,
+                          "K_TAIL": k_tail}, num_warps=warps, num_stages=stages)
+
+
+CONFIGS = [tile_config(*tile) for tile in _TILES]
 
 
 @triton.jit
