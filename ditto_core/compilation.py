@@ -28,13 +28,31 @@ def compile_available(device: torch.device) -> tuple[bool, str]:
 
 
 def compile_failures() -> tuple[type[BaseException], ...]:
-    """Errors that mean "this machine cannot compile" (no C++ compiler, Triton failure, ...).
+    """Errors that mean "this machine cannot compile" (no C++ compiler, Triton failure, ...):
+    Inductor's, and Triton's own, which a Triton kernel of ours raises directly when it is
+    launched outside a compiled graph or first tuned inside one (a kernel that does not build,
+    or does not fit the GPU's shared memory).
 
     Called only while an exception is being handled, so eager-only use never imports Dynamo.
     """
     from torch._dynamo.exc import BackendCompilerFailed
 
-    return (BackendCompilerFailed,)
+    return (BackendCompilerFailed, *_triton_failures())
+
+
+def _triton_failures() -> tuple[type[BaseException], ...]:
+    try:
+        from triton.errors import TritonError  # the base of all of them in recent Triton releases
+    except ImportError:
+        pass
+    else:
+        return (TritonError,)
+    try:
+        from triton.compiler.errors import CompilationError
+        from triton.runtime.errors import OutOfResources
+    except ImportError:
+        return ()
+    return (CompilationError, OutOfResources)
 
 
 def reset_compiled_state() -> None:

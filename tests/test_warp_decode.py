@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from ditto_core import compilation
 from ditto_core.errors import DittoError, InputError, Interrupted
 from ditto_core.models.checkpoints import load_network
+from ditto_core.models.depth_tap_conv import DepthTapConv3d
 from ditto_core.models.keypoints import MotionInfo
 from ditto_core.motion.motion_sequence import MotionSequence
 from ditto_core.registration.source_info import SourceInfo
@@ -257,6 +258,50 @@ def test_compile_failure_falls_back_to_eager_and_says_why(monkeypatch, caplog):
     assert not engine.stats.compiled and "no C++ compiler" in engine.stats.reason_eager
     assert rel_l2(got, unfused(warp, decoder, source, motion)) < 1e-6
     assert sum("no C++ compiler" in r.getMessage() for r in caplog.records) == 1
+
+
+class TritonlessWarp(ToyWarp):
+    """A toy warp network with a depth-tap conv, on a machine whose Triton cannot build kernels:
+    with the conv switched to the Triton kernel, every call fails as Triton fails there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.taps = DepthTapConv3d(nn.Conv3d(1, 1, 1))  # only its switch matters here
+
+    def forward(self, f_s: Tensor, kp_source: Tensor, kp_driving: Tensor) -> Tensor:
+        if self.taps.use_triton:
+            from triton.runtime.errors import OutOfResources
+
+            raise OutOfResources(232448, 101376, "shared memory")
+        return super().forward(f_s, kp_source, kp_driving)
+
+
+@pytest.mark.reliability(area="Soak and faults", case="Triton cannot build or fit our mask-conv kernel on this GPU",
+                         behaviour="Warp+Decode goes back to PyTorch's conv and eager code, says why once, and the "
+                                   "clip renders whole and right.")
+def test_triton_failure_in_the_eager_first_batch_falls_back_to_pytorch(fake_compile, monkeypatch, caplog):
+    pytest.importorskip("triton")
+    monkeypatch.setattr(warp_decode, "triton_slice_conv_supported", lambda device, dtype: (True, ""))
+    monkeypatch.setattr(compilation, "_announced", set())
+    torch.manual_seed(0)
+    warp, decoder = TritonlessWarp().eval(), ToyDecoder().eval()
+    source, motion = make_source(volumes(1)), make_motion(7)
+    engine = WarpDecodeEngine(warp, decoder, batch_size=4, first_batch=2)
+    assert engine.stats.compiled and engine.stats.triton_convs == 1 and warp.taps.use_triton
+    with caplog.at_level(logging.WARNING, logger=warp_decode.__name__):
+        got = engine.render(source, motion).images
+    # The clip is whole and right; the engine went back to PyTorch's conv and eager code.
+    assert rel_l2(got, unfused(warp, decoder, source, motion)) < 1e-6
+    assert not warp.taps.use_triton and engine.stats.triton_convs == 0
+    assert not engine.stats.compiled and "OutOfResources" in engine.stats.reason_eager
+    assert not fake_compile  # the graph was never run
+    assert [r.getMessage() for r in caplog.records] == [
+        f"Ditto warp+decode runs eagerly (no CUDA graphs): {engine.stats.reason_eager}"]
+
+
+def test_triton_errors_count_as_compile_failures():
+    triton_errors = pytest.importorskip("triton.runtime.errors")
+    assert issubclass(triton_errors.OutOfResources, compilation.compile_failures())
 
 
 def test_eager_fallback_is_announced_once(monkeypatch, caplog):

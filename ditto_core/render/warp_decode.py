@@ -187,6 +187,11 @@ class WarpDecodeEngine(nn.Module):
                 # manager that this failure may have left half-updated (see reset_compiled_state).
                 reset_compiled_state()
                 raise
+        elif self.stats.triton_convs:  # the eager first batch of a clip launches the Triton kernel itself
+            try:
+                return self._forward(*args)[:n]
+            except compile_failures() as error:
+                self._disable_compile(f"the Triton mask conv failed ({type(error).__name__}: {error})")
         return self._forward(*args)[:n]
 
     def _run_compiled(self, args: tuple[Tensor, Tensor, Tensor]) -> Tensor:
