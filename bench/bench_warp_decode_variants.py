@@ -27,6 +27,9 @@ different backend settings, in one process, and is timed on the same inputs:
   ``WarpingNetwork.prepare_for_inference`` stored them NDHWC);
 * ``cudnn_mask_conv``: the mask conv's depth-sliced 7x7 conv by cuDNN (before the engine ran
   it as the Triton kernel of ``ditto_core/models/slice_conv_triton.py``);
+* ``triton_grid_sample``: the warp network's two trilinear samplings by the Triton kernels of
+  ``grid_sample_triton.py`` (half precision in and out, float32 coordinates, the dense motion's
+  moved grids made in registers) instead of float32 ``grid_sample`` between casts;
 * ``pad_mask_taps``: the mask conv's 154 tap channels (7 depth taps x 22) zero-padded to 160;
 * ``max_autotune``: Inductor's Triton convolution templates benchmarked against cuDNN (slow to
   compile);
@@ -82,6 +85,7 @@ VARIANTS: dict[str, dict] = {
     "ncdhw_3d": {"ncdhw_3d": True},
     "pad_mask_taps": {"pad_mask_taps": True},
     "cudnn_mask_conv": {"cudnn_mask_conv": True},
+    "triton_grid_sample": {"triton_grid_sample": True},
     "max_autotune": {"inductor": {"max_autotune": True, "max_autotune_gemm_backends": "ATEN,TRITON"}},
     "coordinate_descent": {"inductor": {"coordinate_descent_tuning": True}},
     "conv_1x1_as_mm": {"inductor": {"conv_1x1_as_mm": True}},
@@ -101,10 +105,29 @@ def variant_settings(spec: dict) -> Iterator[None]:
     saved = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = spec.get("cudnn_benchmark", False)
     try:
-        with torch._inductor.config.patch(spec.get("inductor", {})):
+        with torch._inductor.config.patch(spec.get("inductor", {})), triton_sampling(spec.get("triton_grid_sample")):
             yield
     finally:
         torch.backends.cudnn.benchmark = saved
+
+
+@contextlib.contextmanager
+def triton_sampling(enabled: bool = True) -> Iterator[None]:
+    """While enabled, the warp network's two samplings run the Triton kernels of
+    ``grid_sample_triton.py`` (what the networks call from ``volume_sampling`` is swapped)."""
+    if not enabled:
+        yield
+        return
+    import grid_sample_triton  # imports Triton: only when the variant runs
+    from ditto_core.models import dense_motion, warp_network
+
+    saved = warp_network.sample_volume, dense_motion.sample_translations
+    warp_network.sample_volume = grid_sample_triton.sample_volume
+    dense_motion.sample_translations = grid_sample_triton.sample_translations
+    try:
+        yield
+    finally:
+        warp_network.sample_volume, dense_motion.sample_translations = saved
 
 
 class ChannelPaddedConv(nn.Module):

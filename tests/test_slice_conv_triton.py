@@ -3,12 +3,6 @@ computes the convolution it replaces: in Triton's interpreter on the CPU (every 
 on a GPU (autotuned, the real mask-conv shape, inside the compiled engine). The benchmark's
 candidate tiles are checked with the kernel's own."""
 import copy
-import json
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,11 +11,9 @@ from ditto_core.models.decoder import SPADEDecoder
 from ditto_core.models.depth_tap_conv import DepthTapConv3d, triton_slice_conv_supported, use_triton_slice_convs_
 from ditto_core.models.warp_network import WarpingNetwork
 from tests.parity import keypoint_pair, rel_l2
+from tests.triton_interpreter import run_interpreted
 
-REPO = Path(__file__).resolve().parents[1]
-
-# Run in a child process: Triton reads TRITON_INTERPRET when its kernels are defined.
-INTERPRETED = textwrap.dedent("""
+INTERPRETED = """
     import json
     import torch
     import torch.nn.functional as F
@@ -57,15 +49,11 @@ INTERPRETED = textwrap.dedent("""
     taps.use_triton = True
     print(json.dumps({"tiles": tiles, "tile_count": len(CONFIGS) + len(CANDIDATE_TILES), "wide": wide_errors,
                       "depth_taps": rel(taps(x), reference)}))
-""")
+"""
 
 
 def test_kernel_computes_the_conv_for_every_tile_in_the_interpreter():
-    pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "bench")]))
-    done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_interpreted(INTERPRETED)
     assert len(result["tiles"]) == result["tile_count"] >= 2  # every tile ran, none shadowed another
     for tile, (error, dtype, shape) in result["tiles"].items():
         # Inputs are exact in half precision; what is left is the float16 output's rounding.

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .blocks import Hourglass3d
+from .volume_sampling import sample_translations
 
 KP_VARIANCE = 0.01
 """Variance of the Gaussian blob drawn around each keypoint in the heatmaps."""
@@ -107,13 +108,9 @@ class DenseMotionNetwork(nn.Module):
         # Candidate k moves every voxel by the same vector; the background one (first) by 0.
         delta = kp_source - kp_driving  # (B, K, 3)
         offsets = F.pad(delta, (0, 0, 1, 0))  # (B, K+1, 3)
-        motions = grid + offsets[:, :, None, None, None, :]  # (B, K+1, D, H, W, 3)
 
         squeezed = F.relu(self.norm(self.compress(feature)), inplace=True)
-        # Stacking the K+1 motions along the grid's depth samples them all in one call
-        # without replicating the source volume K+1 times.
-        warped = F.grid_sample(squeezed.to(coord_dtype), motions.reshape(b, -1, h, w, 3), align_corners=False)
-        warped = warped.to(feature.dtype).unflatten(2, (-1, d)).transpose(1, 2)  # (B, K+1, c, D, H, W)
+        warped = sample_translations(squeezed, grid, offsets)  # (B, K+1, c, D, H, W)
 
         heat = keypoint_gaussians(kp_driving, d, h, w) - keypoint_gaussians(kp_source, d, h, w)
         heat = F.pad(heat.to(feature.dtype), (0, 0, 0, 0, 0, 0, 1, 0))  # zero heatmap for the background

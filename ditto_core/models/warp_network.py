@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import InputError
@@ -10,6 +9,7 @@ from .blocks import ConvNormAct, fold_batchnorms_
 from .dense_motion import DenseMotionNetwork
 from .depth_tap_conv import DepthTapConv3d
 from .spatial_tap_conv import SpatialTapConv2d
+from .volume_sampling import sample_volume
 
 
 class WarpingNetwork(nn.Module):
@@ -53,8 +53,8 @@ class WarpingNetwork(nn.Module):
         self._check_inputs(feature_3d, kp_source, kp_driving)
         deformation, occlusion = self.dense_motion_network(feature_3d, kp_source, kp_driving)
         # Sampled at the deformation's (float32 or wider) precision; see DenseMotionNetwork.
-        out = F.grid_sample(feature_3d.to(deformation.dtype), deformation, align_corners=False)
-        out = self.fourth(self.third(out.to(feature_3d.dtype).flatten(1, 2)))
+        out = sample_volume(feature_3d, deformation)
+        out = self.fourth(self.third(out.flatten(1, 2)))
         return out.mul_(occlusion)
 
     def _check_inputs(self, feature_3d: Tensor, kp_source: Tensor, kp_driving: Tensor) -> None:
