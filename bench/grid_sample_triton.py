@@ -58,15 +58,14 @@ def _trilinear_into(volume, out, gx, gy, gz, C: tl.constexpr, D: tl.constexpr, H
     for c in range(C):
         channel = volume + c * stride_c
         acc = tl.zeros(gx.shape, dtype=tl.float32)
-        acc = _corner(channel, acc, x0, y0, z0, wx0 * wy0 * wz0, W, H, D, stride_d, stride_h, stride_w, mask)
-        acc = _corner(channel, acc, x0 + 1, y0, z0, wx1 * wy0 * wz0, W, H, D, stride_d, stride_h, stride_w, mask)
-        acc = _corner(channel, acc, x0, y0 + 1, z0, wx0 * wy1 * wz0, W, H, D, stride_d, stride_h, stride_w, mask)
-        acc = _corner(channel, acc, x0 + 1, y0 + 1, z0, wx1 * wy1 * wz0, W, H, D, stride_d, stride_h, stride_w, mask)
-        acc = _corner(channel, acc, x0, y0, z0 + 1, wx0 * wy0 * wz1, W, H, D, stride_d, stride_h, stride_w, mask)
-        acc = _corner(channel, acc, x0 + 1, y0, z0 + 1, wx1 * wy0 * wz1, W, H, D, stride_d, stride_h, stride_w, mask)
-        acc = _corner(channel, acc, x0, y0 + 1, z0 + 1, wx0 * wy1 * wz1, W, H, D, stride_d, stride_h, stride_w, mask)
-        acc = _corner(channel, acc, x0 + 1, y0 + 1, z0 + 1, wx1 * wy1 * wz1, W, H, D, stride_d, stride_h,
-                      stride_w, mask)
+        # PyTorch's corner order (x fastest, then y, then z), so the sums round alike.
+        for corner in tl.static_range(8):
+            dx: tl.constexpr = corner % 2
+            dy: tl.constexpr = corner // 2 % 2
+            dz: tl.constexpr = corner // 4
+            weight = (wx1 if dx else wx0) * (wy1 if dy else wy0) * (wz1 if dz else wz0)
+            acc = _corner(channel, acc, x0 + dx, y0 + dy, z0 + dz, weight, W, H, D, stride_d, stride_h, stride_w,
+                          mask)
         tl.store(out + c * out_stride_c, acc.to(out.dtype.element_ty), mask=mask)
 
 

@@ -51,6 +51,21 @@ CONFIGS = [tile_config(*tile) for tile in _TILES]
 
 
 @triton.jit
+def _pixel_block(pixels, inside, channels, C: tl.constexpr):
+    """The (pixels, channels) input tile of one K step: zero outside the image and past C."""
+    return tl.load(pixels + channels[None, :], mask=inside[:, None] & (channels[None, :] < C), other=0.0)
+
+
+@triton.jit
+def _multiply_add(a, w_rows, rows, valid_rows, columns, N_PAD: tl.constexpr, acc):
+    """``acc + a @ w[rows, columns]`` on the tensor cores; weight rows past the input channels
+    (``rows >= valid_rows``) and columns past the padded width read as zero."""
+    b = tl.load(w_rows + rows[:, None] * N_PAD + columns[None, :],
+                mask=(rows[:, None] < valid_rows) & (columns[None, :] < N_PAD), other=0.0)
+    return tl.dot(a, b, acc)
+
+
+@triton.jit
 def _slice_conv_kernel(
     x_ptr, w_ptr, out_ptr,
     x_slice_stride, x_row_stride, x_pixel_stride,
@@ -87,26 +102,15 @@ def _slice_conv_kernel(
         pixels = x_slice + (src_row * x_row_stride + src_col * x_pixel_stride)[:, None]
         # Weight rows are (tap, channel) pairs of the (KH * KW * C, N_PAD) packed weight.
         w_rows = w_ptr + (tap * C + first_c) * N_PAD
-        channels = first_c + offs_k
-        a = tl.load(pixels + channels[None, :], mask=inside[:, None] & (channels[None, :] < C), other=0.0)
-        b_mask = offs_k[:, None] < C - first_c
-        b = tl.load(w_rows + offs_k[:, None] * N_PAD + offs_n[None, :], mask=b_mask & (offs_n[None, :] < N_PAD), other=0.0)
-        acc = tl.dot(a, b, acc)
+        a = _pixel_block(pixels, inside, first_c + offs_k, C)
+        acc = _multiply_add(a, w_rows, offs_k, C - first_c, offs_n, N_PAD, acc)
         if TAIL_N > 0:
-            b = tl.load(w_rows + offs_k[:, None] * N_PAD + offs_tail_n[None, :],
-                        mask=b_mask & (offs_tail_n[None, :] < N_PAD), other=0.0)
-            acc_tail = tl.dot(a, b, acc_tail)
+            acc_tail = _multiply_add(a, w_rows, offs_k, C - first_c, offs_tail_n, N_PAD, acc_tail)
         if K_TAIL > 0:
-            channels = first_c + offs_tail_k
-            a = tl.load(pixels + channels[None, :], mask=inside[:, None] & (channels[None, :] < C), other=0.0)
-            b_mask = offs_tail_k[:, None] < C - first_c
-            b = tl.load(w_rows + offs_tail_k[:, None] * N_PAD + offs_n[None, :],
-                        mask=b_mask & (offs_n[None, :] < N_PAD), other=0.0)
-            acc = tl.dot(a, b, acc)
+            a = _pixel_block(pixels, inside, first_c + offs_tail_k, C)
+            acc = _multiply_add(a, w_rows, offs_tail_k, C - first_c, offs_n, N_PAD, acc)
             if TAIL_N > 0:
-                b = tl.load(w_rows + offs_tail_k[:, None] * N_PAD + offs_tail_n[None, :],
-                            mask=b_mask & (offs_tail_n[None, :] < N_PAD), other=0.0)
-                acc_tail = tl.dot(a, b, acc_tail)
+                acc_tail = _multiply_add(a, w_rows, offs_tail_k, C - first_c, offs_tail_n, N_PAD, acc_tail)
     out = out_ptr + s.to(tl.int64) * (H * W * N) + offs_m[:, None] * N
     in_image = offs_m[:, None] < H * W
     tl.store(out + offs_n[None, :], acc.to(out_ptr.dtype.element_ty), mask=in_image & (offs_n[None, :] < N))
