@@ -108,8 +108,8 @@ def depth_block_taps(conv: nn.Conv3d) -> Callable[[Tensor], Tensor]:
 # BLOCK_N, TAIL_N, BLOCK_K, K_TAIL, warps, stages): 144 channels in one K step per tap (128 + 16;
 # two stages of 83 KB fit an H200's shared memory, not a consumer card's), and the kept tile with
 # more stages or fewer warps.
-CANDIDATE_TILES = ((128, 128, 32, 128, 16, 8, 2), (128, 128, 32, 32, 16, 8, 4), (128, 128, 32, 32, 16, 4, 3),
-                   (256, 128, 32, 32, 16, 8, 3))
+CANDIDATE_TILES = ((128, 128, 32, 32, 16, 4, 4), (128, 128, 32, 32, 16, 4, 2), (64, 128, 32, 32, 16, 2, 3),
+                   (128, 128, 32, 32, 0, 4, 3))
 
 
 def triton_slice_convs(weight: Tensor) -> dict[str, Callable[[Tensor], Tensor]]:

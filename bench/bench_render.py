@@ -289,7 +289,7 @@ def bench_warp_decode(
     budget.compiles.append(ready_s)
     r.update(compile_first_s=engine.stats.compile_seconds, compile_ready_s=ready_s,
              compiled=engine.stats.compiled, reason_eager=engine.stats.reason_eager,
-             triton_convs=engine.stats.triton_convs)
+             triton_kernels=engine.stats.triton_kernels)
     r["compiled_batched_ms"] = per_frame_ms(engine, batch, settings.reps)
     r["rel_l2_compiled_vs_strict_fp32"] = error(engine)
     return r, engine

@@ -27,9 +27,10 @@ different backend settings, in one process, and is timed on the same inputs:
   ``WarpingNetwork.prepare_for_inference`` stored them NDHWC);
 * ``cudnn_mask_conv``: the mask conv's depth-sliced 7x7 conv by cuDNN (before the engine ran
   it as the Triton kernel of ``ditto_core/models/slice_conv_triton.py``);
-* ``triton_grid_sample``: the warp network's two trilinear samplings by the Triton kernels of
-  ``grid_sample_triton.py`` (half precision in and out, float32 coordinates, the dense motion's
-  moved grids made in registers) instead of float32 ``grid_sample`` between casts;
+* ``pytorch_sampling``: the warp network's two trilinear samplings by PyTorch (float32
+  ``grid_sample`` between casts and layout copies; before the engine ran the kernels of
+  ``ditto_core/models/volume_sampling_triton.py``); ``pytorch_hourglass_input`` and
+  ``pytorch_feature_warp``: one of the two each;
 * ``pad_mask_taps``: the mask conv's 154 tap channels (7 depth taps x 22) zero-padded to 160;
 * ``max_autotune``: Inductor's Triton convolution templates benchmarked against cuDNN (slow to
   compile);
@@ -84,8 +85,10 @@ VARIANTS: dict[str, dict] = {
     "channels_last+pad_channels_8": {"channels_last": True, "pad_channels": 8},
     "ncdhw_3d": {"ncdhw_3d": True},
     "pad_mask_taps": {"pad_mask_taps": True},
-    "cudnn_mask_conv": {"cudnn_mask_conv": True},
-    "triton_grid_sample": {"triton_grid_sample": True},
+    "cudnn_mask_conv": {"pytorch_layers": ("mask_conv",)},
+    "pytorch_sampling": {"pytorch_layers": ("hourglass_input", "feature_warp")},
+    "pytorch_hourglass_input": {"pytorch_layers": ("hourglass_input",)},
+    "pytorch_feature_warp": {"pytorch_layers": ("feature_warp",)},
     "max_autotune": {"inductor": {"max_autotune": True, "max_autotune_gemm_backends": "ATEN,TRITON"}},
     "coordinate_descent": {"inductor": {"coordinate_descent_tuning": True}},
     "conv_1x1_as_mm": {"inductor": {"conv_1x1_as_mm": True}},
@@ -105,29 +108,10 @@ def variant_settings(spec: dict) -> Iterator[None]:
     saved = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = spec.get("cudnn_benchmark", False)
     try:
-        with torch._inductor.config.patch(spec.get("inductor", {})), triton_sampling(spec.get("triton_grid_sample")):
+        with torch._inductor.config.patch(spec.get("inductor", {})):
             yield
     finally:
         torch.backends.cudnn.benchmark = saved
-
-
-@contextlib.contextmanager
-def triton_sampling(enabled: bool = True) -> Iterator[None]:
-    """While enabled, the warp network's two samplings run the Triton kernels of
-    ``grid_sample_triton.py`` (what the networks call from ``volume_sampling`` is swapped)."""
-    if not enabled:
-        yield
-        return
-    import grid_sample_triton  # imports Triton: only when the variant runs
-    from ditto_core.models import dense_motion, warp_network
-
-    saved = warp_network.sample_volume, dense_motion.sample_translations
-    warp_network.sample_volume = grid_sample_triton.sample_volume
-    dense_motion.sample_translations = grid_sample_triton.sample_translations
-    try:
-        yield
-    finally:
-        warp_network.sample_volume, dense_motion.sample_translations = saved
 
 
 class ChannelPaddedConv(nn.Module):
@@ -280,27 +264,35 @@ NETWORK_CHANGES: dict[str, Callable[[tuple[nn.Module, ...], object], tuple[nn.Mo
     "pad_channels": pad_conv_channels,
     "ncdhw_3d": lambda nets, _: with_ncdhw_3d_weights(nets),
     "pad_mask_taps": lambda nets, _: with_padded_mask_taps(nets),
-    "cudnn_mask_conv": lambda nets, _: with_cudnn_mask_conv(nets),
+    "pytorch_layers": lambda nets, names: with_pytorch_layers(nets, *names),
     "channels_last": lambda nets, _: channels_last_copies(nets),
 }
 
 
-class CudnnDepthTapConv3d(DepthTapConv3d):
-    """A depth-tap conv that stays on cuDNN: the engine's switch to the Triton kernel is ignored."""
-
-    @property
-    def use_triton(self) -> bool:
-        return False
-
-    @use_triton.setter
-    def use_triton(self, enabled: bool) -> None:
-        pass
+def ignoring_triton_switch(layer: nn.Module) -> nn.Module:
+    """``layer`` made to run PyTorch's ops whatever the engine decides: its class becomes a
+    subclass whose ``use_triton`` reads False and ignores being set."""
+    kind = type(layer)
+    layer.__dict__.pop("use_triton", None)
+    layer.__class__ = type(f"PyTorch{kind.__name__}", (kind,),
+                           {"use_triton": property(lambda self: False, lambda self, enabled: None)})
+    return layer
 
 
-def with_cudnn_mask_conv(nets: tuple[nn.Module, nn.Module]) -> tuple[nn.Module, nn.Module]:
-    """Copies whose mask conv runs its 2-D slice conv through cuDNN whatever the engine decides."""
+# Where each "back to PyTorch" variant's layers sit in the warp network.
+PYTORCH_LAYERS = {
+    "mask_conv": ("dense_motion_network.mask",),
+    "hourglass_input": ("dense_motion_network",),
+    "feature_warp": ("",),
+}
+
+
+def with_pytorch_layers(nets: tuple[nn.Module, nn.Module], *names: str) -> tuple[nn.Module, nn.Module]:
+    """Copies whose named warp-network layers (keys of :data:`PYTORCH_LAYERS`) keep PyTorch's ops."""
     warp, decoder = (copy.deepcopy(net) for net in nets)
-    warp.dense_motion_network.mask.__class__ = CudnnDepthTapConv3d
+    for name in names:
+        for path in PYTORCH_LAYERS[name]:
+            ignoring_triton_switch(warp.get_submodule(path))
     return warp, decoder
 
 
@@ -324,7 +316,7 @@ def run_variant(name: str, nets: tuple[nn.Module, nn.Module], inputs: tuple[Tens
     n = min(len(reference), batch)  # a batch smaller than the reference is compared frame for frame
     result = {
         "spec": spec, "compiled": engine.stats.compiled, "reason_eager": engine.stats.reason_eager,
-        "triton_convs": engine.stats.triton_convs,
+        "triton_kernels": engine.stats.triton_kernels,
         "compile_ready_s": ready_s, "ms_per_frame": summary_ms([t / batch for t in times]),
         "rel_l2_vs_strict_fp32": rel_l2(out[:n], reference[:n]),
     }

@@ -276,23 +276,23 @@ class TritonlessWarp(ToyWarp):
         return super().forward(f_s, kp_source, kp_driving)
 
 
-@pytest.mark.reliability(area="Soak and faults", case="Triton cannot build or fit our mask-conv kernel on this GPU",
-                         behaviour="Warp+Decode goes back to PyTorch's conv and eager code, says why once, and the "
+@pytest.mark.reliability(area="Soak and faults", case="Triton cannot build or fit one of our kernels on this GPU",
+                         behaviour="Warp+Decode goes back to PyTorch's ops and eager code, says why once, and the "
                                    "clip renders whole and right.")
 def test_triton_failure_in_the_eager_first_batch_falls_back_to_pytorch(fake_compile, monkeypatch, caplog):
     pytest.importorskip("triton")
-    monkeypatch.setattr(warp_decode, "triton_slice_conv_supported", lambda device, dtype: (True, ""))
+    monkeypatch.setattr(warp_decode, "triton_kernels_supported", lambda device, dtype: (True, ""))
     monkeypatch.setattr(compilation, "_announced", set())
     torch.manual_seed(0)
     warp, decoder = TritonlessWarp().eval(), ToyDecoder().eval()
     source, motion = make_source(volumes(1)), make_motion(7)
     engine = WarpDecodeEngine(warp, decoder, batch_size=4, first_batch=2)
-    assert engine.stats.compiled and engine.stats.triton_convs == 1 and warp.taps.use_triton
+    assert engine.stats.compiled and engine.stats.triton_kernels == 1 and warp.taps.use_triton
     with caplog.at_level(logging.WARNING, logger=warp_decode.__name__):
         got = engine.render(source, motion).images
     # The clip is whole and right; the engine went back to PyTorch's conv and eager code.
     assert rel_l2(got, unfused(warp, decoder, source, motion)) < 1e-6
-    assert not warp.taps.use_triton and engine.stats.triton_convs == 0
+    assert not warp.taps.use_triton and engine.stats.triton_kernels == 0
     assert not engine.stats.compiled and "OutOfResources" in engine.stats.reason_eager
     assert not fake_compile  # the graph was never run
     assert [r.getMessage() for r in caplog.records] == [

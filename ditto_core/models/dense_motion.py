@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .blocks import Hourglass3d
+from .triton_kernels import runs_triton
 from .volume_sampling import sample_translations
 
 KP_VARIANCE = 0.01
@@ -86,6 +87,9 @@ class DenseMotionNetwork(nn.Module):
         self.occlusion = nn.Conv2d(hidden * feature_depth, 1, kernel_size=7, padding=3)
         # Zero channels appended to the hourglass input (see pad_hourglass_channels_).
         self.input_padding = 0
+        # The hourglass input by :mod:`.volume_sampling_triton` for CUDA half-precision features
+        # (see .triton_kernels).
+        self.use_triton = False
 
     def forward(self, feature: Tensor, kp_source: Tensor, kp_driving: Tensor) -> tuple[Tensor, Tensor]:
         """Estimate the flow.
@@ -110,13 +114,13 @@ class DenseMotionNetwork(nn.Module):
         offsets = F.pad(delta, (0, 0, 1, 0))  # (B, K+1, 3)
 
         squeezed = F.relu(self.norm(self.compress(feature)), inplace=True)
-        warped = sample_translations(squeezed, grid, offsets)  # (B, K+1, c, D, H, W)
+        if runs_triton(self.use_triton, squeezed):
+            from .volume_sampling_triton import make_hourglass_input  # imports Triton: only where it runs
 
-        heat = keypoint_gaussians(kp_driving, d, h, w) - keypoint_gaussians(kp_source, d, h, w)
-        heat = F.pad(heat.to(feature.dtype), (0, 0, 0, 0, 0, 0, 1, 0))  # zero heatmap for the background
-        hourglass_input = torch.cat([heat.unsqueeze(2), warped], dim=2).flatten(1, 2)
-        if self.input_padding:
-            hourglass_input = F.pad(hourglass_input, (0, 0) * 3 + (0, self.input_padding))
+            hourglass_input = make_hourglass_input(squeezed, kp_source, kp_driving, -0.5 / KP_VARIANCE,
+                                                   self.input_padding)
+        else:
+            hourglass_input = self.hourglass_input(squeezed, kp_source, kp_driving, grid, offsets)
         hidden = self.hourglass(hourglass_input)
 
         weights = torch.softmax(self.mask(hidden), dim=1, dtype=coord_dtype)  # (B, K+1, D, H, W)
@@ -128,6 +132,20 @@ class DenseMotionNetwork(nn.Module):
         # Prepared for inference, the occlusion conv returns float32 logits for half inputs.
         occlusion = torch.sigmoid(self.occlusion(hidden.flatten(1, 2))).to(feature.dtype)
         return deformation, occlusion
+
+    def hourglass_input(self, squeezed: Tensor, kp_source: Tensor, kp_driving: Tensor, grid: Tensor,
+                        offsets: Tensor) -> Tensor:
+        """(B, (K + 1) (c + 1) + input_padding, D, H, W): per candidate motion, the difference of
+        the keypoint's driving and source heatmaps next to ``squeezed`` (B, c, D, H, W) warped by
+        the motion (``offsets`` (B, K + 1, 3) added to the identity ``grid``)."""
+        _, _, d, h, w = squeezed.shape
+        warped = sample_translations(squeezed, grid, offsets)  # (B, K+1, c, D, H, W)
+        heat = keypoint_gaussians(kp_driving, d, h, w) - keypoint_gaussians(kp_source, d, h, w)
+        heat = F.pad(heat.to(squeezed.dtype), (0, 0, 0, 0, 0, 0, 1, 0))  # zero heatmap for the background
+        hourglass_input = torch.cat([heat.unsqueeze(2), warped], dim=2).flatten(1, 2)
+        if self.input_padding:
+            hourglass_input = F.pad(hourglass_input, (0, 0) * 3 + (0, self.input_padding))
+        return hourglass_input
 
     @torch.no_grad()
     def pad_hourglass_channels_(self, multiple: int = 8) -> None:

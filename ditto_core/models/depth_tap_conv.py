@@ -26,16 +26,15 @@ kernel or lower (2.3e-4 against cuDNN's fp16 3-D conv's 3.1e-4, both against fp3
 
 On CUDA in half precision the 2-D conv can run as a Triton kernel of ours instead of cuDNN
 (:mod:`.slice_conv_triton`: 0.32 against 0.60 ms a frame on an H200); the compiled
-warp+decode engine switches it on with :func:`use_triton_slice_convs_` where
-:func:`triton_slice_conv_supported` says it can run.
+warp+decode engine switches it on (:mod:`.triton_kernels`).
 """
 from __future__ import annotations
-
-import importlib.util
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .triton_kernels import runs_triton
 
 
 class DepthTapConv3d(nn.Module):
@@ -68,13 +67,13 @@ class DepthTapConv3d(nn.Module):
         )
         self.slice_conv.weight = nn.Parameter(weight.clone(), requires_grad=conv.weight.requires_grad)
         self.bias = conv.bias
-        # The Triton kernel instead of ``slice_conv`` for CUDA half-precision inputs; see use_triton_slice_convs_.
+        # The Triton kernel instead of ``slice_conv`` for CUDA half-precision inputs (see .triton_kernels).
         self.use_triton = False
 
     def forward(self, x: Tensor) -> Tensor:
         batch, _, depth = x.shape[:3]
         slices = x.transpose(1, 2).flatten(0, 1)  # (B*D, in, H, W): every depth slice an image
-        if self.use_triton and slices.is_cuda and slices.dtype in (torch.float16, torch.bfloat16):
+        if runs_triton(self.use_triton, slices):
             from .slice_conv_triton import slice_conv_nhwc  # imports Triton: only where it runs
 
             # An NDHWC volume's depth slices are NHWC images already: no copy then.
@@ -90,26 +89,3 @@ class DepthTapConv3d(nn.Module):
         out = sum(taps[:, k : k + depth, k] for k in range(self.taps))  # (B, D, out, H', W')
         out = out.transpose(1, 2)
         return out if self.bias is None else out + self.bias.to(out.dtype)[:, None, None, None]
-
-
-def triton_slice_conv_supported(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
-    """Whether :mod:`.slice_conv_triton` can run the depth-tap conv for tensors on ``device`` in
-    ``dtype``, and why not if it cannot."""
-    if device.type != "cuda":
-        return False, "the Triton conv needs a CUDA device"
-    if dtype not in (torch.float16, torch.bfloat16):
-        return False, "the Triton conv runs in half precision (float32 keeps cuDNN's full-precision conv)"
-    if importlib.util.find_spec("triton") is None:
-        return False, "Triton is not installed"
-    if torch.cuda.get_device_capability(device) < (8, 0):
-        return False, "the Triton conv's bfloat16 and tile shapes need an Ampere or newer GPU"
-    return True, ""
-
-
-def use_triton_slice_convs_(module: nn.Module, enabled: bool) -> int:
-    """Switch every :class:`DepthTapConv3d` inside ``module`` to the Triton kernel (or back to
-    ``slice_conv``); returns how many there are. Only where :func:`triton_slice_conv_supported`."""
-    convs = [m for m in module.modules() if isinstance(m, DepthTapConv3d)]
-    for conv in convs:
-        conv.use_triton = enabled
-    return len(convs)

@@ -9,6 +9,7 @@ from .blocks import ConvNormAct, fold_batchnorms_
 from .dense_motion import DenseMotionNetwork
 from .depth_tap_conv import DepthTapConv3d
 from .spatial_tap_conv import SpatialTapConv2d
+from .triton_kernels import runs_triton
 from .volume_sampling import sample_volume
 
 
@@ -38,6 +39,9 @@ class WarpingNetwork(nn.Module):
         self.third = ConvNormAct(feature_channels * feature_depth, out_channels, negative_slope=0.01)
         self.fourth = nn.Conv2d(out_channels, out_channels, kernel_size=1)
         self._hw_multiple = 2 ** len(self.dense_motion_network.hourglass.encoder.down_blocks)
+        # The feature warp by :mod:`.volume_sampling_triton` for CUDA half-precision features
+        # (see .triton_kernels).
+        self.use_triton = False
 
     def forward(self, feature_3d: Tensor, kp_source: Tensor, kp_driving: Tensor) -> Tensor:
         """Warp and project.
@@ -53,7 +57,12 @@ class WarpingNetwork(nn.Module):
         self._check_inputs(feature_3d, kp_source, kp_driving)
         deformation, occlusion = self.dense_motion_network(feature_3d, kp_source, kp_driving)
         # Sampled at the deformation's (float32 or wider) precision; see DenseMotionNetwork.
-        out = sample_volume(feature_3d, deformation)
+        if runs_triton(self.use_triton, feature_3d):
+            from .volume_sampling_triton import warp_volume  # imports Triton: only where it runs
+
+            out = warp_volume(feature_3d, deformation)
+        else:
+            out = sample_volume(feature_3d, deformation)
         out = self.fourth(self.third(out.flatten(1, 2)))
         return out.mul_(occlusion)
 

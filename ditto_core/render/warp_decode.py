@@ -6,7 +6,7 @@ compiled function sees has the same shapes: the last, shorter batch is padded to
 size, and frames of a multi-frame source are gathered (and padded) outside the graph, so one
 clip compiles once. Where compilation is not available (CPU, no Triton, some Windows installs)
 or fails, the same function runs eagerly, announced once. Where it compiles, the warp network's
-mask conv also runs as a Triton kernel of ours (:mod:`ditto_core.models.slice_conv_triton`).
+mask conv and its two trilinear samplings also run as Triton kernels of ours (:mod:`ditto_core.models.triton_kernels`).
 
 Precision is the networks' own: the engine runs them in the dtype of their weights and hands
 them float32 keypoints; the warp network keeps its sampling grids in float32 by itself. No
@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from ..compilation import announce_once, compile_available, compile_failures, reset_compiled_state
 from ..errors import DittoError, InputError
-from ..models.depth_tap_conv import triton_slice_conv_supported, use_triton_slice_convs_
+from ..models.triton_kernels import triton_kernels_supported, use_triton_kernels_
 from ..motion.motion_sequence import MotionSequence
 from ..progress import ProgressCallback, report
 from ..registration.source_info import SourceInfo
@@ -83,8 +83,8 @@ class EngineStats:
     batch_size: int  # frames per call now (halved after each out-of-memory retry)
     reason_eager: str = ""  # why the eager path runs, when it does
     compile_seconds: Optional[float] = None  # first compiled call: tracing + Inductor (or its cache)
-    triton_convs: int = 0  # depth-tap convs running the Triton kernel (0: cuDNN's, and why not below)
-    reason_cudnn: str = ""
+    triton_kernels: int = 0  # warp-network layers running a Triton kernel of ours (0: PyTorch's ops, and why below)
+    reason_pytorch: str = ""
 
 
 class WarpDecodeEngine(nn.Module):
@@ -124,11 +124,11 @@ class WarpDecodeEngine(nn.Module):
         ok, why = compile_available(self.device) if compile else (False, "compile is off")
         self.stats = EngineStats(compiled=ok, batch_size=self.batch_size, reason_eager=why)
         self._step: Optional[Callable[[Tensor, Tensor, Tensor], Tensor]] = None
-        # The Triton mask conv goes with compilation: a machine that cannot compile Triton
-        # kernels (or a user who turned compiling off) gets the plain PyTorch path throughout.
-        triton_ok, self.stats.reason_cudnn = triton_slice_conv_supported(self.device, self.dtype) if ok else (False, why)
-        converted = use_triton_slice_convs_(warp_network, triton_ok)  # off too: another engine may have set it
-        self.stats.triton_convs = converted if triton_ok else 0
+        # Our Triton kernels go with compilation: a machine that cannot compile Triton kernels
+        # (or a user who turned compiling off) gets the plain PyTorch path throughout.
+        triton_ok, self.stats.reason_pytorch = triton_kernels_supported(self.device, self.dtype) if ok else (False, why)
+        switched = use_triton_kernels_(warp_network, triton_ok)  # off too: another engine may have set it
+        self.stats.triton_kernels = switched if triton_ok else 0
         if ok:
             use_compile_cache(cache_dir)
             self._step = torch.compile(self._forward, mode="reduce-overhead", dynamic=False)
@@ -187,11 +187,11 @@ class WarpDecodeEngine(nn.Module):
                 # manager that this failure may have left half-updated (see reset_compiled_state).
                 reset_compiled_state()
                 raise
-        elif self.stats.triton_convs:  # the eager first batch of a clip launches the Triton kernel itself
+        elif self.stats.triton_kernels:  # the eager first batch of a clip launches the Triton kernels itself
             try:
                 return self._forward(*args)[:n]
             except compile_failures() as error:
-                self._disable_compile(f"the Triton mask conv failed ({type(error).__name__}: {error})")
+                self._disable_compile(f"a Triton kernel failed ({type(error).__name__}: {error})")
         return self._forward(*args)[:n]
 
     def _run_compiled(self, args: tuple[Tensor, Tensor, Tensor]) -> Tensor:
@@ -276,9 +276,9 @@ class WarpDecodeEngine(nn.Module):
 
     def _disable_compile(self, why: str) -> None:
         self.stats.compiled, self.stats.reason_eager, self._step = False, why, None
-        if self.stats.triton_convs:  # the failure may be Triton's own
-            use_triton_slice_convs_(self.warp_network, False)
-            self.stats.triton_convs, self.stats.reason_cudnn = 0, why
+        if self.stats.triton_kernels:  # the failure may be Triton's own
+            use_triton_kernels_(self.warp_network, False)
+            self.stats.triton_kernels, self.stats.reason_pytorch = 0, why
         _announce_eager(why)
 
 
