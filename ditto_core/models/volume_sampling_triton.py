@@ -132,7 +132,8 @@ def _hourglass_input_kernel(
         tl.store(out + c * D * H * W, tl.zeros((BLOCK,), out_ptr.dtype.element_ty), mask=mask)
 
 
-def make_hourglass_input(volume: Tensor, kp_source: Tensor, kp_driving: Tensor, coef: float, padding: int = 0) -> Tensor:
+def make_hourglass_input(volume: Tensor, kp_source: Tensor, kp_driving: Tensor, coef: float,
+                         padding: int = 0) -> Tensor:
     """What :meth:`~.dense_motion.DenseMotionNetwork.forward` feeds its hourglass.
 
     Args:

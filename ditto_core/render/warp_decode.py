@@ -6,7 +6,8 @@ compiled function sees has the same shapes: the last, shorter batch is padded to
 size, and frames of a multi-frame source are gathered (and padded) outside the graph, so one
 clip compiles once. Where compilation is not available (CPU, no Triton, some Windows installs)
 or fails, the same function runs eagerly, announced once. Where it compiles, the warp network's
-mask conv and its two trilinear samplings also run as Triton kernels of ours (:mod:`ditto_core.models.triton_kernels`).
+mask conv and its two trilinear samplings also run as Triton kernels of ours
+(:mod:`ditto_core.models.triton_kernels`).
 
 Precision is the networks' own: the engine runs them in the dtype of their weights and hands
 them float32 keypoints; the warp network keeps its sampling grids in float32 by itself. No
@@ -83,7 +84,7 @@ class EngineStats:
     batch_size: int  # frames per call now (halved after each out-of-memory retry)
     reason_eager: str = ""  # why the eager path runs, when it does
     compile_seconds: Optional[float] = None  # first compiled call: tracing + Inductor (or its cache)
-    triton_kernels: int = 0  # warp-network layers running a Triton kernel of ours (0: PyTorch's ops, and why below)
+    triton_kernels: int = 0  # warp-network layers running Triton kernels of ours (0: PyTorch's ops; why below)
     reason_pytorch: str = ""
 
 
