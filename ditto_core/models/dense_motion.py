@@ -111,7 +111,6 @@ class DenseMotionNetwork(nn.Module):
         grid = identity_grid(d, h, w, kp_source)
         # Candidate k moves every voxel by the same vector; the background one (first) by 0.
         delta = kp_source - kp_driving  # (B, K, 3)
-        offsets = F.pad(delta, (0, 0, 1, 0))  # (B, K+1, 3)
 
         squeezed = F.relu(self.norm(self.compress(feature)), inplace=True)
         if runs_triton(self.use_triton, squeezed):
@@ -120,7 +119,7 @@ class DenseMotionNetwork(nn.Module):
             hourglass_input = make_hourglass_input(squeezed, kp_source, kp_driving, -0.5 / KP_VARIANCE,
                                                    self.input_padding)
         else:
-            hourglass_input = self.hourglass_input(squeezed, kp_source, kp_driving, grid, offsets)
+            hourglass_input = self.hourglass_input(squeezed, kp_source, kp_driving, grid)
         hidden = self.hourglass(hourglass_input)
 
         weights = torch.softmax(self.mask(hidden), dim=1, dtype=coord_dtype)  # (B, K+1, D, H, W)
@@ -133,12 +132,12 @@ class DenseMotionNetwork(nn.Module):
         occlusion = torch.sigmoid(self.occlusion(hidden.flatten(1, 2))).to(feature.dtype)
         return deformation, occlusion
 
-    def hourglass_input(self, squeezed: Tensor, kp_source: Tensor, kp_driving: Tensor, grid: Tensor,
-                        offsets: Tensor) -> Tensor:
+    def hourglass_input(self, squeezed: Tensor, kp_source: Tensor, kp_driving: Tensor, grid: Tensor) -> Tensor:
         """(B, (K + 1) (c + 1) + input_padding, D, H, W): per candidate motion, the difference of
         the keypoint's driving and source heatmaps next to ``squeezed`` (B, c, D, H, W) warped by
-        the motion (``offsets`` (B, K + 1, 3) added to the identity ``grid``)."""
+        the motion (the identity ``grid`` moved by ``kp_source - kp_driving``, or not at all)."""
         _, _, d, h, w = squeezed.shape
+        offsets = F.pad(kp_source - kp_driving, (0, 0, 1, 0))  # (B, K+1, 3): the background's zero first
         warped = sample_translations(squeezed, grid, offsets)  # (B, K+1, c, D, H, W)
         heat = keypoint_gaussians(kp_driving, d, h, w) - keypoint_gaussians(kp_source, d, h, w)
         heat = F.pad(heat.to(squeezed.dtype), (0, 0, 0, 0, 0, 0, 1, 0))  # zero heatmap for the background

@@ -1,8 +1,9 @@
 """Trilinear sampling of feature volumes, as the warp network does it twice a frame.
 
 Both places sample a half- or single-precision volume at float32 (or wider) coordinates and
-want the result back in the volume's dtype; they share these functions so that the sampling is
-one seam (``bench/bench_warp_decode_variants.py`` swaps a Triton kernel in here).
+want the result back in the volume's dtype. This is PyTorch's path; where the compiled engine
+runs on a GPU in half precision, :mod:`.volume_sampling_triton` does the same sampling fused with
+the work around it.
 """
 from __future__ import annotations
 
