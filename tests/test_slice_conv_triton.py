@@ -1,16 +1,14 @@
 """The Triton kernel behind the warp network's mask conv (``ditto_core.models.slice_conv_triton``)
 computes the convolution it replaces: in Triton's interpreter on the CPU (every tile config) and
-on a GPU (autotuned, the real mask-conv shape, inside the compiled engine). The benchmark's
-candidate tiles are checked with the kernel's own."""
+on a GPU (autotuned, the real mask-conv shape; inside the compiled engine in
+``test_triton_kernels.py``). The benchmark's candidate tiles are checked with the kernel's own."""
 import copy
 
 import pytest
 import torch
 
-from ditto_core.models.decoder import SPADEDecoder
 from ditto_core.models.depth_tap_conv import DepthTapConv3d
-from ditto_core.models.warp_network import WarpingNetwork
-from tests.parity import keypoint_pair, rel_l2
+from tests.parity import rel_l2
 from tests.triton_interpreter import run_interpreted
 
 INTERPRETED = """
