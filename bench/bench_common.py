@@ -70,3 +70,17 @@ def emit(result: dict[str, Any], out: Optional[Path], quiet: bool = False) -> No
         Path(out).write_text(text + "\n")
         if quiet:
             print(f"wrote {out}")
+
+
+def compile_breakdown() -> dict:
+    """Where this process's compile time went (Dynamo's own timers) and which caches hit."""
+    from torch._dynamo.utils import compile_times, counters
+
+    names, seconds = compile_times(repr="csv", aggregate=True)
+    timers = dict(zip(names, (float(s) for s in seconds)))
+    phases = ("_compile.compile_inner", "bytecode_tracing", "OutputGraph.call_user_compiler",
+              "create_aot_dispatcher_function", "compile_fx_inner", "fx_codegen_and_compile",
+              "PyCodeCache.load_by_key_path", "async_compile.wait", "build_guards")
+    caches = {f"{group}.{key}": value for group in ("aot_autograd", "inductor")
+              for key, value in counters[group].items() if "cache" in key}
+    return {**{phase: round(timers[phase], 3) for phase in phases if phase in timers}, **caches}

@@ -51,7 +51,7 @@ from torch import Tensor, nn
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench_common import emit, rel_l2, sync, wall_times  # noqa: E402
+from bench_common import compile_breakdown, emit, rel_l2, sync, wall_times  # noqa: E402
 from ditto_core.errors import InputError  # noqa: E402
 from ditto_core.models.ditto_models import random_ditto_models  # noqa: E402
 from ditto_core.models.keypoints import MotionInfo  # noqa: E402
@@ -387,20 +387,6 @@ def child_compile(args: argparse.Namespace) -> None:
                                       device)
     print(json.dumps({"compile_first_s": engine.stats.compile_seconds, "compile_ready_s": ready_s,
                       "compiled": engine.stats.compiled, "breakdown_s": compile_breakdown()}))
-
-
-def compile_breakdown() -> dict:
-    """Where this process's compile time went (Dynamo's own timers) and which caches hit."""
-    from torch._dynamo.utils import compile_times, counters
-
-    names, seconds = compile_times(repr="csv", aggregate=True)
-    timers = dict(zip(names, (float(s) for s in seconds)))
-    phases = ("_compile.compile_inner", "bytecode_tracing", "OutputGraph.call_user_compiler",
-              "create_aot_dispatcher_function", "compile_fx_inner", "fx_codegen_and_compile",
-              "PyCodeCache.load_by_key_path", "async_compile.wait", "build_guards")
-    caches = {f"{group}.{key}": value for group in ("aot_autograd", "inductor")
-              for key, value in counters[group].items() if "cache" in key}
-    return {**{phase: round(timers[phase], 3) for phase in phases if phase in timers}, **caches}
 
 
 # ----------------------------------------------------------------------------------- end to end

@@ -105,6 +105,7 @@ class DittoPipeline:
         compile: bool = True,
         batch_size: int = 0,
         model_dir: Optional[Path] = None,
+        warmup: str = "background",
     ) -> None:
         self.models = models
         self.aux = aux
@@ -113,6 +114,7 @@ class DittoPipeline:
         self.compile = compile
         self.batch_size = batch_size
         self.model_dir = model_dir  # where face models missing from ``aux`` are loaded from on demand
+        self.warmup = warmup  # how the warp+decode graph is compiled (WarpDecodeEngine's ``warmup``)
         self.times = StageTimes()
         self._samplers: dict[tuple[int, str, bool], DDIMSampler] = {}
         self._engines: dict[tuple[int, bool], WarpDecodeEngine] = {}
@@ -235,9 +237,18 @@ class DittoPipeline:
         key = (self.batch_size if batch_size is None else batch_size, self.compile if compile is None else compile)
         if key not in self._engines:
             self._engines[key] = WarpDecodeEngine(
-                self.models.warp_network, self.models.decoder, batch_size=key[0], compile=key[1]
+                self.models.warp_network, self.models.decoder, batch_size=key[0], compile=key[1], warmup=self.warmup
             )
         return self._engines[key]
+
+    def start_warmup(self) -> None:
+        """Start compiling the default engine's graph for an image source now, in the background.
+
+        Called right after the models load, so the compile overlaps registration, audio features
+        and motion; until it is ready the render runs eagerly (``warmup="background"``, the
+        default). Does nothing where the engine does not compile, or compiles in the foreground.
+        """
+        self.engine().start_warmup()
 
     def render_video(
         self, source: SourceInfo, motion: MotionSequence, out_path: Path | str,
@@ -253,6 +264,9 @@ class DittoPipeline:
             for first, renders in engine.iter_render(source, motion, progress):
                 index = motion.source_index[first:first + renders.shape[0]]
                 writer.write(paste_back(source.frames, renders, source.M_c2o, source_index=index))
+            self.times.record("render", start, self.device)  # every frame handed to the encoder
+            finalize = time.perf_counter()
+        self.times.record("finalize_mp4", finalize, self.device)  # encoder drained, file renamed into place
         self.times.record("render_video", start, self.device)
         return Path(out_path)
 
@@ -293,6 +307,7 @@ def render_cli(args) -> Path:
         else:
             cache_dir = args.cache_dir or Path(args.models) / "cache"
             pipeline = DittoPipeline.from_model_dir(args.models, cache_dir=cache_dir, **common)
+        pipeline.start_warmup()
         out = pipeline.run(args.image, args.audio, args.out, registration, motion_options, crf=args.crf,
                            preset=args.preset, max_seconds=args.max_seconds, progress=_terminal_progress())
     for stage, seconds in pipeline.times.seconds.items():

@@ -215,16 +215,47 @@ def load_state(name: str, path: Path) -> StateDict:
     return _float32_state(spec.unwrap(raw, path), path)
 
 
-def build_network(name: str, state: StateDict, path: Path) -> nn.Module:
-    """Build network ``name``, load ``state`` strictly and apply the exact inference rewrites."""
-    module = NETWORKS[name].build(state)
+def build_network(name: str, state: StateDict, path: Path, device: torch.device | str = "cpu") -> nn.Module:
+    """Build network ``name`` on ``device``, load ``state`` strictly and apply the exact inference rewrites.
+
+    The module is built on the meta device and takes the checkpoint's tensors, moved to
+    ``device``, as its own (``assign``): a normal build would draw a random initialisation for
+    every weight only to overwrite it. The rewrites (folding BatchNorms and spectral norms in
+    float64) then run where the weights are, on the GPU when that is the target.
+    """
+    with torch.device("meta"):
+        module = NETWORKS[name].build(state)
     check_state_dict(module, state, path, name)
-    module.load_state_dict(state, strict=True)
+    # Copies: the rewrites below edit weights in place, and the caller's state must stay as read.
+    module.load_state_dict({k: v.to(device, copy=True) for k, v in state.items()}, strict=True, assign=True)
+    _init_non_persistent_buffers(module, name, torch.device(device))
     module.eval().requires_grad_(False)
     prepare = getattr(module, "prepare_for_inference", None)
     if callable(prepare):
         prepare()
     return module
+
+
+def _init_non_persistent_buffers(module: nn.Module, name: str, device: torch.device) -> None:
+    """Compute the buffers a checkpoint does not carry, which the meta build left empty.
+
+    A submodule holding such a buffer provides ``init_non_persistent_buffers()``; any other
+    tensor still on the meta device is a bug in the network's definition, reported as such.
+    """
+    for owner in module.modules():
+        own = [t for t in owner.buffers(recurse=False) if t.is_meta]
+        if own:
+            init = getattr(owner, "init_non_persistent_buffers", None)
+            if init is None:
+                raise RuntimeError(
+                    f"{type(owner).__name__} in the {name} network has a buffer no checkpoint fills and no "
+                    "init_non_persistent_buffers() to compute it"
+                )
+            init()
+            owner.to(device)  # init() computes on the CPU; only that submodule's own tensors move
+    left = [n for n, t in [*module.named_parameters(), *module.named_buffers()] if t.is_meta]
+    if left:
+        raise RuntimeError(f"the {name} network still has uninitialised tensors after loading: {left[:3]}")
 
 
 def load_network(
@@ -236,7 +267,7 @@ def load_network(
     path = find_network_file(name, Path(model_dir))
     if path is None:
         raise MissingModelError(missing_files_message([name], Path(model_dir)))
-    return build_network(name, load_state(name, path), path).to(device=device, dtype=dtype)
+    return build_network(name, load_state(name, path), path, device).to(dtype=dtype)
 
 
 def file_identity(path: Path) -> str:

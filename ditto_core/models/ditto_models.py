@@ -65,8 +65,8 @@ def load_ditto_models(
     blinks = _load_blink_table(model_dir)  # small: a bad config fails before the heavy loads
     modules = {}
     for name, path in files.items():
-        module = build_network(name, load_state(name, path), path)
-        modules[name] = module.to(device=device, dtype=torch.float32 if name in ALWAYS_FP32 else dtype)
+        module = build_network(name, load_state(name, path), path, device)
+        modules[name] = module.to(dtype=torch.float32 if name in ALWAYS_FP32 else dtype)
     identity = hashlib.sha256("|".join(file_identity(files[n]) for n in NETWORKS).encode()).hexdigest()
     return DittoModels(**modules, device=device, dtype=dtype, files=files, identity=identity,
                        blink_table=None if blinks is None else blinks.to(device))

@@ -23,6 +23,7 @@ and the matching weight rows, and multiplies them on the tensor cores with fp32 
 """
 from __future__ import annotations
 
+import inspect
 from typing import Optional
 
 import torch
@@ -123,7 +124,12 @@ def _slice_conv_kernel(
 
 # The slice count is part of the key: 512 slices (a batch of 32) and 64 (the engine's eager
 # first batch of 4) fill the GPU differently and may keep different tiles.
-_autotuned_kernel = triton.autotune(configs=CONFIGS, key=["H", "W", "C", "N", "SLICES"])(_slice_conv_kernel)
+# The winning tile is kept in Triton's on-disk cache (a JSON of timings, keyed by the kernel's
+# source, the key values and the GPU) where this Triton can, so a new process does not re-time
+# every tile before its first frame.
+_CACHE_TIMINGS = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
+_autotuned_kernel = triton.autotune(configs=CONFIGS, key=["H", "W", "C", "N", "SLICES"], **_CACHE_TIMINGS)(
+    _slice_conv_kernel)
 
 
 def pack_weight(weight: Tensor) -> Tensor:

@@ -107,7 +107,9 @@ class _CapturedWindow:
             result = run(*self.inputs)
         torch.cuda.current_stream().wait_stream(side)
         result.record_stream(torch.cuda.current_stream())  # made on the side stream, used on this one
-        with torch.cuda.graph(self.graph):
+        # Thread-local capture: the warp+decode engine may be compiling (and running its warm-up)
+        # in a background thread meanwhile; only this thread's calls must not break the capture.
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self.output = run(*self.inputs)
         return result
 
