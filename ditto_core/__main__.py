@@ -5,11 +5,17 @@ Headless use without ComfyUI: the same library calls the nodes make.
 from __future__ import annotations
 
 import argparse
+import logging
+import math
 import sys
+import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
 from .errors import DittoError
+from .progress import ProgressCallback
+
+log = logging.getLogger(__name__)
 
 
 def _add_render(sub: argparse._SubParsersAction) -> None:
@@ -48,8 +54,6 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from .pipeline import render_cli
-
     out = render_cli(args)
     print(f"wrote {out}")
     return 0
@@ -61,6 +65,45 @@ def _convert(args: argparse.Namespace) -> int:
     for path in convert_weights(args.src, args.dst):
         print(f"wrote {path}")
     return 0
+
+
+def render_cli(args: argparse.Namespace) -> Path:
+    """``python -m ditto_core render``: build the pipeline from CLI arguments and run it."""
+    # The library (torch and the networks) loads only for a render, so --help stays instant.
+    from .motion.motion_options import MotionOptions
+    from .pipeline import DTYPES, DittoPipeline
+    from .registration.options import RegistrationOptions
+
+    dtype = DTYPES[args.precision]
+    registration = RegistrationOptions(detect_face=not args.random_weights)
+    motion_options = MotionOptions(steps=args.steps, seed=args.seed, emo=args.emo, eye_f0_mode=args.eye_lock,
+                                   delta_eye_open_n=args.blinks, sampler_precision=args.lmdm_precision,
+                                   sampler_compile=args.lmdm_compile)
+    common = dict(device=args.device, dtype=dtype, batch_size=args.batch_size)
+    with tempfile.TemporaryDirectory(prefix="ditto_") as workdir:
+        if args.random_weights:
+            log.warning("random weights: every stage runs, but the video shows noise, not a face")
+            pipeline = DittoPipeline.random(Path(workdir), seed=args.seed, **common)
+        else:
+            cache_dir = args.cache_dir or Path(args.models) / "cache"
+            pipeline = DittoPipeline.from_model_dir(args.models, cache_dir=cache_dir, **common)
+        out = pipeline.run(args.image, args.audio, args.out, registration, motion_options, crf=args.crf,
+                           preset=args.preset, max_seconds=args.max_seconds, progress=_terminal_progress())
+    for stage, seconds in pipeline.times.seconds.items():
+        print(f"{stage:>15}: {seconds:7.2f} s")
+    return out
+
+
+def _terminal_progress() -> ProgressCallback:
+    last = [-1]
+
+    def show(done: int, total: int) -> None:
+        percent = math.floor(100 * done / max(total, 1))
+        if percent != last[0]:
+            last[0] = percent
+            print(f"\rrendering {done}/{total} frames ({percent}%)", end="\n" if done >= total else "", flush=True)
+
+    return show
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -1,14 +1,12 @@
 """The headless end-to-end API: portrait + speech -> MP4.
 
-The CLI and the all-in-one ComfyUI node call :class:`DittoPipeline`; the stage nodes call the
+``python -m ditto_core render`` (``__main__.py``) and the all-in-one ComfyUI node call :class:`DittoPipeline`; the stage nodes call the
 same stage methods one at a time. Rendering streams: warp+decode, put-back and encoding run
 batch by batch, so host and GPU memory stay flat whatever the clip length.
 """
 from __future__ import annotations
 
 import logging
-import math
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -277,36 +275,3 @@ class DittoPipeline:
         return self.render_video(source, motion, out_path, audio=(waveform, rate), crf=crf, preset=preset,
                                  progress=progress)
 
-
-def render_cli(args) -> Path:
-    """``python -m ditto_core render``: build the pipeline from CLI arguments and run it."""
-    dtype = DTYPES[args.precision]
-    registration = RegistrationOptions(detect_face=not args.random_weights)
-    motion_options = MotionOptions(steps=args.steps, seed=args.seed, emo=args.emo, eye_f0_mode=args.eye_lock,
-                                   delta_eye_open_n=args.blinks, sampler_precision=args.lmdm_precision,
-                                   sampler_compile=args.lmdm_compile)
-    common = dict(device=args.device, dtype=dtype, batch_size=args.batch_size)
-    with tempfile.TemporaryDirectory(prefix="ditto_") as workdir:
-        if args.random_weights:
-            log.warning("random weights: every stage runs, but the video shows noise, not a face")
-            pipeline = DittoPipeline.random(Path(workdir), seed=args.seed, **common)
-        else:
-            cache_dir = args.cache_dir or Path(args.models) / "cache"
-            pipeline = DittoPipeline.from_model_dir(args.models, cache_dir=cache_dir, **common)
-        out = pipeline.run(args.image, args.audio, args.out, registration, motion_options, crf=args.crf,
-                           preset=args.preset, max_seconds=args.max_seconds, progress=_terminal_progress())
-    for stage, seconds in pipeline.times.seconds.items():
-        print(f"{stage:>15}: {seconds:7.2f} s")
-    return out
-
-
-def _terminal_progress() -> ProgressCallback:
-    last = [-1]
-
-    def show(done: int, total: int) -> None:
-        percent = math.floor(100 * done / max(total, 1))
-        if percent != last[0]:
-            last[0] = percent
-            print(f"\rrendering {done}/{total} frames ({percent}%)", end="\n" if done >= total else "", flush=True)
-
-    return show
