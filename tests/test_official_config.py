@@ -33,7 +33,7 @@ from ditto_core.models.official_config import (  # noqa: E402
 )
 from ditto_core.motion.blinks import blink_schedule  # noqa: E402
 from ditto_core.motion.motion_options import MotionOptions  # noqa: E402
-from ditto_core.motion.motion_stitch import EYE_KP  # noqa: E402
+from ditto_core.models.keypoints import EYE_KP  # noqa: E402
 from ditto_core.pipeline import DittoPipeline, check_model_files  # noqa: E402
 from ditto_core.registration.aux_models import AuxModels  # noqa: E402
 from tests.test_conditions import random_source  # noqa: E402

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from ..errors import MissingModelError
 from .checkpoints import NETWORKS, build_network, file_identity, find_network_file, load_state, missing_files_message
-from .keypoints import NUM_KP
+from .keypoints import EYE_KP, NUM_KP
 from .official_config import CONFIG_DIR, CONFIG_FILE, blink_table, find_config, read_config
 
 log = logging.getLogger(__name__)
@@ -91,8 +91,6 @@ def synthetic_blink_table(rows: int = 7) -> Tensor:
     so row 0 is "eyes open" like the real table); every other channel stays 0. The values
     mean nothing for random networks: the table only makes the blink code paths run.
     """
-    from ..motion.motion_stitch import EYE_KP  # the motion package builds on this one: import late
-
     bump = 1 - torch.linspace(-1, 1, rows) ** 2
     table = torch.zeros(rows, NUM_KP, 3)
     table[:, list(EYE_KP), 1] = 0.02 * bump[:, None]
