@@ -16,19 +16,18 @@ import torch
 from torch import Tensor
 
 from .audio.audio_features import SAMPLE_RATE, AudioFeatures
-from .audio.hubert import HUBERT_ONNX_NAME, HubertFeatureExtractor
+from .audio.hubert import HubertFeatureExtractor
 from .audio.loading import load_audio, to_mono_16k
-from .errors import InputError, MissingModelError
-from .models.checkpoints import HF_REPO, NETWORKS, find_network_file
+from .errors import InputError
+from .model_files import AUX_FILES, check_model_files, find_hubert
 from .models.ditto_models import DittoModels, load_ditto_models, random_ditto_models
-from .models.official_config import CONFIG_DIR, CONFIG_FILE, find_config
 from .motion.conditions import build_conditions, build_kp_condition
 from .motion.lmdm_sampler import DDIMSampler, generate_motion
 from .motion.motion_options import MotionOptions
 from .motion.motion_sequence import MotionSequence
 from .motion.motion_stitch import stitch_motion
 from .progress import ProgressCallback
-from .registration.aux_models import AUX_FILES, AuxModels, aux_candidate_dirs, find_aux_file, load_aux_models
+from .registration.aux_models import AuxModels, load_aux_models
 from .registration.cache import AvatarCache
 from .registration.image_io import load_source
 from .registration.options import RegistrationOptions
@@ -40,36 +39,6 @@ from .video.writer import VideoWriter
 
 log = logging.getLogger(__name__)
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-def check_model_files(model_dir: Path, detect_face: bool = True) -> None:
-    """Raise one :class:`MissingModelError` listing every file a render needs and lacks."""
-    missing = [f"{spec.official_file} -> {model_dir}/" for name, spec in NETWORKS.items()
-               if find_network_file(name, model_dir) is None]
-    aux_needed = [AUX_FILES[n] for n in AUX_FILES if detect_face and find_aux_file(n, model_dir) is None]
-    if find_hubert(model_dir) is None:
-        aux_needed.append(HUBERT_ONNX_NAME)
-    missing += [f"{name} -> {model_dir}/aux_models/" for name in aux_needed]
-    if missing:
-        lines = "\n  ".join(missing)
-        optional = ""
-        if find_config(model_dir) is None:
-            optional = (f"Optional, for Ditto's procedural blinks: {CONFIG_FILE} -> {model_dir}/{CONFIG_DIR}/ "
-                        f"(from {CONFIG_DIR}/ on HuggingFace).\n")
-        raise MissingModelError(
-            f"Ditto needs these model files, which are not in {model_dir.resolve()}:\n  {lines}\n{optional}"
-            f"Download them from HuggingFace {HF_REPO} (the .pth files from ditto_pytorch/models/, the others "
-            f"from ditto_pytorch/aux_models/). Inside ComfyUI the folder is ComfyUI/models/ditto/. To try "
-            f"the pipeline without them, add --random-weights."
-        )
-
-
-def find_hubert(model_dir: Path) -> Optional[Path]:
-    """HuBERT sits with the face models: ``aux_models/`` in either download layout."""
-    for folder in aux_candidate_dirs(model_dir):
-        if (folder / HUBERT_ONNX_NAME).is_file():
-            return folder / HUBERT_ONNX_NAME
-    return None
 
 
 def default_device() -> torch.device:

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
+from ditto_core.download import download_missing
 from ditto_core.errors import InputError
 
 from . import ditto_types as T
-from . import download
 from .model_registry import PRECISIONS, REGISTRY, ModelHandle, device_choices, resolve_device
-from .paths import ROOT_CHOICE, aux_download_dir, avatar_cache_dir, model_folder_choices, resolve_model_folder
+from .paths import ROOT_CHOICE, avatar_cache_dir, model_folder_choices, resolve_model_folder
 from .runtime import comfy_progress, timed_stage
 
 
@@ -56,7 +56,7 @@ class LoadDittoModels(io.ComfyNode):
             )
         with timed_stage("Load models", torch_device) as timer:
             if download_missing:
-                download.download_missing(folder, aux_download_dir(folder), comfy_progress())
+                download_missing(folder, progress=comfy_progress())
             handle = ModelHandle(str(folder), str(torch_device), precision, str(avatar_cache_dir()))
             REGISTRY.pipeline(handle)
         return io.NodeOutput(handle, ui=timer.ui())

@@ -26,9 +26,9 @@ pack = load_pack()
 import folder_paths  # noqa: E402
 from ditto_core.audio.hubert_stub import write_stub_hubert  # noqa: E402
 from ditto_core.errors import CheckpointError, MissingModelError  # noqa: E402
-from ditto_core.models.official_config import CONFIG_DIR  # noqa: E402
+from ditto_core.model_files import CONFIG_DIR  # noqa: E402
 from ditto_core.render.rendered_frames import VideoFrames  # noqa: E402
-from comfyui_ditto_pack.nodes.download import download_missing  # noqa: E402
+from ditto_core.download import download_missing  # noqa: E402
 from comfyui_ditto_pack.nodes.output_nodes import output_file, save_mp4  # noqa: E402
 
 SCANNED = ("ditto_core", "nodes", "bench", "__init__.py")

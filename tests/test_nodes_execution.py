@@ -332,7 +332,7 @@ def fake_hub(monkeypatch, official_ckpt_dir):
 
 
 def test_download_verifies_and_never_leaves_partial_files(fake_hub, official_ckpt_dir, tmp_path):
-    from comfyui_ditto_pack.nodes.download import download_missing
+    from ditto_core.download import download_missing
 
     served, broken = fake_hub
     model_dir, aux_dir = tmp_path / "ditto", tmp_path / "ditto" / "aux_models"
@@ -357,7 +357,7 @@ def test_download_verifies_and_never_leaves_partial_files(fake_hub, official_ckp
 def test_download_without_huggingface_hub_lists_what_to_fetch(monkeypatch, tmp_path):
     import sys
 
-    from comfyui_ditto_pack.nodes.download import download_missing
+    from ditto_core.download import download_missing
 
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import fails
     with pytest.raises(MissingModelError, match=r"(?s)pip install huggingface_hub.*ditto_pytorch/models/decoder\.pth"):

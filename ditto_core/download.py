@@ -16,41 +16,27 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
-from ditto_core.atomic_files import file_sha256
-from ditto_core.audio.hubert import HUBERT_ONNX_NAME
-from ditto_core.errors import CheckpointError, MissingModelError
-from ditto_core.models.checkpoints import HF_REPO, NETWORKS, build_network, find_network_file, load_state
-from ditto_core.models.official_config import CONFIG_DIR, CONFIG_FILE, blink_table, find_config, read_config
-from ditto_core.progress import ProgressCallback, report
-from ditto_core.registration.aux_models import AUX_FILES
+from .atomic_files import file_sha256
+from .errors import CheckpointError, MissingModelError
+from .model_files import HF_REPO, missing_downloads
+from .models.checkpoints import NETWORKS, build_network, load_state
+from .models.official_config import blink_table, read_config
+from .progress import ProgressCallback, report
 
-HF_FOLDER = "ditto_pytorch"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def missing_files(model_dir: Path, aux_dir: Path) -> dict[str, Path]:
-    """Repository path -> local target of every official file absent from ``model_dir`` (networks,
-    and the config with the blink table under ``ditto_cfg/``) or ``aux_dir`` (face models and HuBERT)."""
-    wanted = {
-        f"{HF_FOLDER}/models/{spec.official_file}": model_dir / spec.official_file
-        for name, spec in NETWORKS.items()
-        if find_network_file(name, model_dir) is None
-    }
-    for file in (*AUX_FILES.values(), HUBERT_ONNX_NAME):
-        if not (aux_dir / file).is_file():
-            wanted[f"{HF_FOLDER}/aux_models/{file}"] = aux_dir / file
-    if find_config(model_dir) is None:
-        wanted[f"{CONFIG_DIR}/{CONFIG_FILE}"] = model_dir / CONFIG_DIR / CONFIG_FILE
-    return wanted
-
-
-def download_missing(model_dir: Path, aux_dir: Path, progress: Optional[ProgressCallback] = None) -> list[Path]:
-    """Fetch every missing official file: networks into ``model_dir``, the rest into ``aux_dir``.
+def download_missing(
+    model_dir: Path, aux_dir: Optional[Path] = None, progress: Optional[ProgressCallback] = None
+) -> list[Path]:
+    """Fetch every missing official file (:func:`~ditto_core.model_files.missing_downloads`):
+    networks into ``model_dir``, the rest into ``aux_dir`` (default: its aux folder).
 
     Returns the files written. Raises :class:`MissingModelError` when ``huggingface_hub`` is not
     installed or a download fails, :class:`CheckpointError` when a downloaded file does not verify.
     """
-    wanted = missing_files(model_dir, aux_dir)
+    model_dir = Path(model_dir)
+    wanted = missing_downloads(model_dir, aux_dir)
     if not wanted:
         return []
     try:
