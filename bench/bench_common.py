@@ -1,4 +1,4 @@
-"""Timing and reporting helpers shared by the benchmark scripts (run as ``python bench/<script>.py``)."""
+"""Timing and reporting helpers shared by the benchmark scripts (run as ``python -m bench.<script>``)."""
 from __future__ import annotations
 
 import json
@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import av
 import torch
 
 
@@ -70,3 +71,9 @@ def emit(result: dict[str, Any], out: Optional[Path], quiet: bool = False) -> No
         Path(out).write_text(text + "\n")
         if quiet:
             print(f"wrote {out}")
+
+
+def count_frames(path: Path) -> int:
+    """Frames in the MP4 as its container records them (a check that nothing was dropped)."""
+    with av.open(str(path)) as container:
+        return container.streams.video[0].frames
