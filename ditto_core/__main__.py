@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from .errors import DittoError
+from .precision import LMDM_PRECISIONS, NETWORK_PRECISIONS
 from .progress import ProgressCallback
 
 log = logging.getLogger(__name__)
@@ -29,9 +30,9 @@ def _add_render(sub: argparse._SubParsersAction) -> None:
                    help="smoke mode: random networks, no face detector, stand-in audio encoder; the output is "
                         "noise but every stage of the pipeline runs")
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda when available)")
-    p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
+    p.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp32")
     p.add_argument("--steps", type=int, default=25, help="DDIM steps of the motion diffusion (reference: 50)")
-    p.add_argument("--lmdm-precision", choices=("fp32", "tf32", "bf16"), default="fp32",
+    p.add_argument("--lmdm-precision", choices=LMDM_PRECISIONS, default="fp32",
                    help="motion diffusion arithmetic: fp32 reproduces Ditto; tf32 / bf16 are faster (README)")
     p.add_argument("--lmdm-compile", action="store_true", help="torch.compile the motion diffusion steps")
     p.add_argument("--seed", type=int, default=0)
@@ -71,10 +72,11 @@ def render_cli(args: argparse.Namespace) -> Path:
     """``python -m ditto_core render``: build the pipeline from CLI arguments and run it."""
     # The library (torch and the networks) loads only for a render, so --help stays instant.
     from .motion.motion_options import MotionOptions
-    from .pipeline import DTYPES, DittoPipeline
+    from .pipeline import DittoPipeline
+    from .precision import network_dtype
     from .registration.options import RegistrationOptions
 
-    dtype = DTYPES[args.precision]
+    dtype = network_dtype(args.precision)
     registration = RegistrationOptions(detect_face=not args.random_weights)
     motion_options = MotionOptions(steps=args.steps, seed=args.seed, emo=args.emo, eye_f0_mode=args.eye_lock,
                                    delta_eye_open_n=args.blinks, sampler_precision=args.lmdm_precision,

@@ -38,7 +38,6 @@ from .render.warp_decode import WarpDecodeEngine
 from .video.writer import VideoWriter
 
 log = logging.getLogger(__name__)
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def default_device() -> torch.device:
