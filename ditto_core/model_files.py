@@ -60,23 +60,16 @@ def aux_dirs(model_dir: Path | str) -> list[Path]:
     return [model_dir, model_dir / "aux_models", model_dir / "ditto_pytorch" / "aux_models"]
 
 
-def find_network_file(name: str, model_dir: Path | str) -> Optional[Path]:
-    """The file for network ``name`` under ``model_dir``; ``.safetensors`` wins over ``.pth``."""
+def find_network_file(name: str, model_dir: Path | str, suffixes: tuple[str, ...] = (".safetensors", ".pth")
+                      ) -> Optional[Path]:
+    """The file for network ``name`` under ``model_dir``: in the first folder of :func:`network_dirs`
+    holding one, the first of ``suffixes`` (by default a converted ``.safetensors`` wins over ``.pth``)."""
     stem = NETWORK_STEMS[name]
     for folder in network_dirs(model_dir):
-        for suffix in (".safetensors", ".pth"):
+        for suffix in suffixes:
             path = folder / f"{stem}{suffix}"
             if path.is_file():
                 return path
-    return None
-
-
-def find_pth(name: str, model_dir: Path | str) -> Optional[Path]:
-    """The official ``.pth`` of network ``name`` under ``model_dir`` (what convert-weights reads)."""
-    for folder in network_dirs(model_dir):
-        path = folder / f"{NETWORK_STEMS[name]}.pth"
-        if path.is_file():
-            return path
     return None
 
 

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from ..atomic_files import atomic_write, file_sha256
 from ..errors import CheckpointError, MissingModelError
 from ..model_files import (
-    HF_NETWORK_FOLDER, HF_REPO, NETWORK_STEMS, find_network_file, find_pth, missing_networks_message,
+    HF_NETWORK_FOLDER, HF_REPO, NETWORK_STEMS, find_network_file, missing_networks_message,
 )
 FORMAT_VERSION = "1"
 StateDict = dict[str, Tensor]
@@ -243,7 +243,7 @@ def convert_weights(src: Path | str, dst: Path | str) -> list[Path]:
 
     src, dst = Path(src), Path(dst)
     dst.mkdir(parents=True, exist_ok=True)
-    found = {name: find_pth(name, src) for name in NETWORKS}
+    found = {name: find_network_file(name, src, suffixes=(".pth",)) for name in NETWORKS}
     found = {name: path for name, path in found.items() if path is not None}
     if not found:
         raise MissingModelError(missing_networks_message(NETWORKS, src))
