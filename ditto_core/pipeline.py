@@ -10,7 +10,7 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
@@ -228,18 +228,26 @@ class DittoPipeline:
         self, source_path: Path | str, audio_path: Path | str, out_path: Path | str,
         registration: Optional[RegistrationOptions] = None, motion_options: Optional[MotionOptions] = None,
         crf: int = 18, preset: str = "medium", max_seconds: Optional[float] = None,
-        progress: Optional[ProgressCallback] = None,
+        progress: Optional[ProgressCallback] = None, status: Optional[Callable[[str], None]] = None,
     ) -> Path:
+        """Every stage at once. ``progress`` follows the render frame by frame; ``status`` is told
+        each stage's name as it starts (the CLI prints them)."""
+        announce = status or (lambda stage: None)
+        announce("reading the portrait and the speech")
         frames, is_image = load_source(source_path)
         waveform, rate = load_audio(audio_path)
         if max_seconds is not None:
             if not max_seconds > 0:
                 raise InputError(f"max_seconds must be positive, got {max_seconds}.")
             waveform = waveform[:, : max(1, int(max_seconds * rate))]
+        announce("registering the avatar")
         source = self.register(frames, registration, is_image=is_image, name=str(source_path))
+        announce("computing the audio features")
         features = self.audio_features(waveform, rate, name=str(audio_path))
+        announce("generating the motion")
         motion = self.motion(source, features, motion_options or MotionOptions())
         del features  # (frames, 1024) on the device: the render's memory must not grow with the clip
+        announce("rendering")
         return self.render_video(source, motion, out_path, audio=(waveform, rate), crf=crf, preset=preset,
                                  progress=progress)
 

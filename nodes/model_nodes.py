@@ -39,8 +39,9 @@ class LoadDittoModels(io.ComfyNode):
                                        "twice as fast; 'auto' is fp16 on a GPU, fp32 on the CPU. The motion "
                                        "diffusion always runs in fp32."),
                 io.Boolean.Input("download_missing", default=False,
-                                 tooltip="Fetch missing official files from HuggingFace (needs the huggingface_hub "
-                                         "package); each file is verified before it is put in place."),
+                                 tooltip="Fetch missing official files from HuggingFace ($HF_ENDPOINT for a mirror); "
+                                         "each file is verified before it is put in place, and an "
+                                         "interrupted download resumes on the next run."),
             ],
             outputs=[T.MODELS.Output(display_name="models", tooltip="Handle on the loaded networks.")],
         )
