@@ -16,7 +16,7 @@ sequence and shared by every window, as the reference does.
 Precision: ``fp32`` (TF32 off) is the reference's arithmetic. ``tf32`` and ``bf16`` are faster
 modes for the matrix products only: LayerNorm, softmax statistics, the residual stream and the
 DDIM update stay float32 in every mode. Each mode's error against fp32 is measured by
-``bench/bench_lmdm.py`` and stated in the README.
+``bench/bench_lmdm.py`` and stated in docs/PERFORMANCE.md.
 """
 from __future__ import annotations
 
