@@ -2,7 +2,7 @@
 ComfyUI's output folder, and a downloader that never leaves a bad or partial file behind.
 
 (Avatar-cache verification is covered by ``tests/test_registration_cache.py``; its
-reliability-marked tests are listed in the same README table.)
+reliability-marked tests are listed in the same table, docs/RELIABILITY.md.)
 """
 from __future__ import annotations
 
