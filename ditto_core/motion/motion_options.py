@@ -75,7 +75,7 @@ class MotionOptions:
     """Every this many windows, reset the keypoint condition to the source pose (0: never)."""
     sampler_precision: str = "fp32"
     """Matrix-product precision of the LMDM: "fp32" (the reference's numbers), "tf32" or "bf16"
-    (faster; errors in the README)."""
+    (faster; errors in docs/PERFORMANCE.md)."""
     sampler_compile: bool = False
     """Run the LMDM steps through ``torch.compile`` (faster windows after a one-off compile)."""
 
