@@ -104,16 +104,18 @@ def _metadata(url: str, target: Path) -> RemoteFile:
     request = urllib.request.Request(url, method="HEAD", headers={"Accept-Encoding": "identity"})
     try:
         response = urllib.request.build_opener(_NoRedirect).open(request, timeout=TIMEOUT_S)
-        headers, location = response.headers, url
+        headers, location, redirected = response.headers, url, False
     except urllib.error.HTTPError as exc:
         if exc.code not in (301, 302, 303, 307, 308):
             raise _http_error(exc, url, target) from None
-        headers = exc.headers
+        headers, redirected = exc.headers, True
         location = urllib.parse.urljoin(url, headers.get("Location", url))
     except (OSError, http.client.HTTPException) as exc:
         raise _network_error(exc, url, target) from exc
-    size = headers.get("X-Linked-Size") or headers.get("Content-Length")
-    etag = (headers.get("X-Linked-Etag") or headers.get("ETag") or "").removeprefix("W/").strip('"')
+    # A redirect's own Content-Length and ETag describe the redirect, not the file.
+    size = headers.get("X-Linked-Size") or (None if redirected else headers.get("Content-Length"))
+    etag = (headers.get("X-Linked-Etag") or ("" if redirected else headers.get("ETag")) or "")
+    etag = etag.removeprefix("W/").strip('"')
     return RemoteFile(location, int(size) if size and size.isdigit() else None,
                       etag if _SHA256.fullmatch(etag) else None)
 

@@ -30,6 +30,7 @@ class FakeHub:
         self.files = files  # repository path -> bytes
         self.damage: dict[str, Callable[[bytes], bytes]] = {}
         self.cut_after: dict[str, int] = {}
+        self.plain: set[str] = set()  # names served as the Hub serves small non-LFS files: no redirect, a git ETag
         self.served: list[tuple[str, int]] = []  # (file name, first byte sent) per GET
         hub = self
 
@@ -42,6 +43,12 @@ class FakeHub:
                 if remote is None:
                     return
                 data = hub.files[remote]
+                if remote.rsplit("/", 1)[-1] in hub.plain:
+                    self.send_response(200)
+                    self.send_header("ETag", f'"{hashlib.sha1(data).hexdigest()}"')
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    return
                 self.send_response(302)
                 self.send_header("Location", f"/cdn/{remote}")
                 self.send_header("X-Linked-Size", str(len(data)))
@@ -50,7 +57,8 @@ class FakeHub:
                 self.end_headers()
 
             def do_GET(self) -> None:
-                remote = self._remote("/cdn/")
+                resolve = f"/{HF_REPO}/resolve/main/"
+                remote = self._remote(resolve if self.path.startswith(resolve) else "/cdn/")
                 if remote is None:
                     return
                 name = remote.rsplit("/", 1)[-1]

@@ -69,6 +69,17 @@ def test_a_corrupted_transfer_is_deleted_part_and_all(fake_hub, model_dir):
     assert not (model_dir / "stitch_network.pth").exists() and _dot_files(model_dir) == []
 
 
+def test_a_file_without_lfs_headers_is_checked_by_size_and_kind(fake_hub, model_dir):
+    config = "v0.4_hubert_cfg_pytorch.pkl"
+    fake_hub.plain.add(config)
+    fake_hub.damage[config] = lambda data: data[:-1]  # the size the server lists is the whole file's
+    with pytest.raises(CheckpointError, match=rf"{config}.* bytes, the Hub lists"):
+        download_missing(model_dir)
+    fake_hub.damage.clear()
+    download_missing(model_dir)
+    assert (model_dir / "ditto_cfg" / config).read_bytes() == fake_hub.files[f"ditto_cfg/{config}"]
+
+
 def test_missing_file_on_the_server_names_it_and_the_status(fake_hub, model_dir):
     del fake_hub.files[STITCH]
     with pytest.raises(MissingModelError, match=r"stitch_network\.pth.*HTTP 404"):
