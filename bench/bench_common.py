@@ -1,4 +1,4 @@
-"""Timing and reporting helpers shared by the benchmark scripts (run as ``python bench/<script>.py``)."""
+"""Timing and reporting helpers shared by the benchmark scripts (run as ``python -m bench.<script>``)."""
 from __future__ import annotations
 
 import json
@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import av
 import torch
 
 
@@ -84,3 +85,9 @@ def compile_breakdown() -> dict:
     caches = {f"{group}.{key}": value for group in ("aot_autograd", "inductor")
               for key, value in counters[group].items() if "cache" in key}
     return {**{phase: round(timers[phase], 3) for phase in phases if phase in timers}, **caches}
+
+
+def count_frames(path: Path) -> int:
+    """Frames in the MP4 as its container records them (a check that nothing was dropped)."""
+    with av.open(str(path)) as container:
+        return container.streams.video[0].frames

@@ -18,8 +18,8 @@ MP4's rename into place; the breakdown lists imports, model loading, registratio
 then hit), audio features, motion, render (warp+decode, put-back, encoding) and the writer's
 finalisation, and the engine's compile statistics.
 
-    python3 bench/bench_time_to_video.py --models $MODELS --hubert $HUBERT --out $OUT/ttv.json
-    python3 bench/bench_time_to_video.py --device cpu --stub-hubert --max-seconds 0.4 --clips example  # CPU smoke
+    python3 -m bench.bench_time_to_video --models $MODELS --hubert $HUBERT --out $OUT/ttv.json
+    python3 -m bench.bench_time_to_video --device cpu --stub-hubert --max-seconds 0.4 --clips example --no-compile
 
 ``--models`` is a folder of official-layout checkpoints (written with ``--make-checkpoints KIT``
 from the parity kit's ``make_checkpoints.py`` when missing); face detection is off (random
@@ -41,8 +41,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO.parent / "shared" / "data" / "ditto_example"
+REPO = Path(__file__).resolve().parents[1]  # not bench.scene's: importing it would import torch before the child times that
 
 GOALS = {
     "example/background.warm_process.wall_s": ("<=", 1.5),
@@ -66,7 +65,7 @@ def _child(args: argparse.Namespace) -> None:
     from ditto_core.pipeline import DittoPipeline
     from ditto_core.registration.options import RegistrationOptions
 
-    from bench_common import compile_breakdown
+    from .bench_common import compile_breakdown
 
     times["import_ditto_s"] = time.time() - start
     device = torch.device(args.device)
@@ -142,7 +141,7 @@ def _run_child(args: argparse.Namespace, cache_root: Path, jobs: list[Path], wor
     command = [sys.executable]
     if tag.endswith("profiled"):
         command += ["-m", "cProfile", "-o", str(Path(args.profile_dir) / f"{tag}.pstats")]
-    command += [str(Path(__file__).resolve()), "--child", "--models", str(args.models), "--image", str(args.image),
+    command += ["-m", "bench.bench_time_to_video", "--child", "--models", str(args.models), "--image", str(args.image),
                 "--device", args.device, "--precision", args.precision, "--preset", args.preset, "--crf", str(args.crf),
                 "--steps", str(args.steps), "--cache-root", str(cache_root), "--out-dir", str(out_dir),
                 "--warmup", args.warmup]
@@ -153,7 +152,7 @@ def _run_child(args: argparse.Namespace, cache_root: Path, jobs: list[Path], wor
     spawned = time.time()
     command += ["--spawned-at", repr(spawned)]
     try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=args.child_timeout)
+        done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=args.child_timeout)
     except subprocess.TimeoutExpired as timeout:
         return {"error": f"child ran past --child-timeout {args.child_timeout} s", "stderr_tail": str(timeout.stderr)[-4000:]}
     exited = time.time()
@@ -216,14 +215,18 @@ def _ensure_models(args: argparse.Namespace) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> None:
+    if "--child" in (sys.argv[1:] if argv is None else argv):
+        portraits = speeches = ()  # the child is told its inputs; it must not import torch before timing it
+    else:
+        from .scene import PORTRAIT_CANDIDATES as portraits, SPEECH_CANDIDATES as speeches
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", type=Path, required=True, help="official-layout checkpoint folder")
     parser.add_argument("--make-checkpoints", type=Path, default=None,
                         help="the parity kit's make_checkpoints.py, to fill --models when it is empty")
     parser.add_argument("--hubert", type=Path, default=None, help="HuBERT-large ONNX (bench/make_hubert_large.py)")
     parser.add_argument("--stub-hubert", action="store_true", help="the stand-in HuBERT instead (not what users run)")
-    parser.add_argument("--image", type=Path, default=EXAMPLE / "portrait.jpg")
-    parser.add_argument("--audio", type=Path, default=EXAMPLE / "speech_24k_mono.wav")
+    parser.add_argument("--image", type=Path, default=next((p for p in portraits if p.is_file()), None))
+    parser.add_argument("--audio", type=Path, default=next((p for p in speeches if p.is_file()), None))
     parser.add_argument("--clips", nargs="+", default=["example", "60s"], help="example and/or <N>s")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--precision", default="fp16", choices=("fp32", "fp16", "bf16"))
@@ -249,7 +252,6 @@ def main(argv: Optional[list[str]] = None) -> None:
     if args.child:
         _child(args)
         return
-    sys.path.insert(0, str(REPO))
     _ensure_models(args)
     args.profile_dir.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"config": {k: str(v) for k, v in vars(args).items()}, "clips": {}}

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import CheckpointError, InputError, MissingModelError
+from ..model_files import HF_AUX_FOLDER, HF_REPO, HUBERT_ONNX_NAME, aux_dirs, find_hubert
 from ..progress import ProgressCallback, report
 from .audio_features import SAMPLE_RATE, AudioFeatures
 from .chunking import HUBERT_ROWS_PER_FRAME, StreamingWindow, num_video_frames
@@ -33,15 +34,14 @@ from .validation import require_finite, require_float_waveform, warn_on_level
 
 logger = logging.getLogger(__name__)
 
-HUBERT_ONNX_NAME = "hubert_streaming_fix_kv.onnx"
 HUBERT_DIM = 1024
 # One window's worth of valid frames (5 x 40 ms). The reference would animate even 1 sample,
 # but a clip this short is nearly always a bad trim or the wrong input, and padding it
 # ourselves would silently change the video's length: we refuse it and say how to pad.
 MIN_DURATION_S = 0.2
 _DOWNLOAD_HINT = (
-    "download ditto_pytorch/aux_models/hubert_streaming_fix_kv.onnx from "
-    "https://huggingface.co/digital-avatar/ditto-talkinghead into models/ditto/aux_models/"
+    f"download {HF_AUX_FOLDER}/{HUBERT_ONNX_NAME} from https://huggingface.co/{HF_REPO} into "
+    f"models/ditto/aux_models/ (or run `python -m ditto_core download`)"
 )
 
 Runner = Callable[[Tensor], Tensor]
@@ -183,12 +183,11 @@ class HubertFeatureExtractor:
     def from_model_dir(
         cls, model_dir: Union[str, os.PathLike], device: Union[str, torch.device] = "cpu"
     ) -> "HubertFeatureExtractor":
-        """Find the model in ``<model_dir>/aux_models/`` (official layout) or ``<model_dir>/``."""
-        candidates = [Path(model_dir) / "aux_models" / HUBERT_ONNX_NAME, Path(model_dir) / HUBERT_ONNX_NAME]
-        for candidate in candidates:
-            if candidate.is_file():
-                return cls(candidate, device)
-        looked = ", ".join(repr(str(c)) for c in candidates)
+        """Find the model in ``<model_dir>`` or its aux folders (:func:`~ditto_core.model_files.aux_dirs`)."""
+        path = find_hubert(model_dir)
+        if path is not None:
+            return cls(path, device)
+        looked = ", ".join(repr(str(folder / HUBERT_ONNX_NAME)) for folder in aux_dirs(model_dir))
         raise MissingModelError(f"{HUBERT_ONNX_NAME} not found (looked at {looked}); {_DOWNLOAD_HINT}.")
 
     def __call__(

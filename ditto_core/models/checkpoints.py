@@ -15,15 +15,16 @@ import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 from torch import Tensor, nn
 
 from ..atomic_files import atomic_write, file_sha256
 from ..errors import CheckpointError, MissingModelError
-
-HF_REPO = "digital-avatar/ditto-talkinghead"
+from ..model_files import (
+    HF_NETWORK_FOLDER, HF_REPO, NETWORK_STEMS, find_network_file, missing_networks_message,
+)
 FORMAT_VERSION = "1"
 StateDict = dict[str, Tensor]
 
@@ -48,7 +49,7 @@ def _entry(obj: Any, key: str, path: Path) -> Any:
         found = ", ".join(map(str, list(obj)[:5])) if isinstance(obj, Mapping) else type(obj).__name__
         raise CheckpointError(
             f"{path} is not the expected Ditto checkpoint: it has no '{key}' entry (found: {found}). "
-            f"Re-download {path.name} from HuggingFace {HF_REPO} (ditto_pytorch/models/)."
+            f"Re-download {path.name} from HuggingFace {HF_REPO} ({HF_NETWORK_FOLDER}/)."
         )
     return obj[key]
 
@@ -76,9 +77,13 @@ class NetworkSpec:
     """How one official file becomes one module."""
 
     name: str  # our name for the network (also the DittoModels attribute)
-    stem: str  # official file name without extension
     unwrap: Callable[[Any, Path], Any]  # container -> the state dict the module loads
     build: Callable[[StateDict], nn.Module]
+
+    @property
+    def stem(self) -> str:
+        """Official file name without extension (see :data:`~ditto_core.model_files.NETWORK_STEMS`)."""
+        return NETWORK_STEMS[self.name]
 
     @property
     def official_file(self) -> str:
@@ -88,48 +93,20 @@ class NetworkSpec:
 NETWORKS: dict[str, NetworkSpec] = {
     spec.name: spec
     for spec in (
-        NetworkSpec("appearance_extractor", "appearance_extractor", _bare,
-                    _builder("appearance_extractor", "AppearanceFeatureExtractor")),
-        NetworkSpec("motion_extractor", "motion_extractor", _bare, _builder("motion_extractor", "MotionExtractor")),
-        NetworkSpec("warp_network", "warp_network", _bare, _builder("warp_network", "WarpingNetwork")),
-        NetworkSpec("decoder", "decoder", _bare, _builder("decoder", "SPADEDecoder")),
-        NetworkSpec("stitch_network", "stitch_network", _stitch, _builder("stitch_network", "StitchingNetwork")),
-        NetworkSpec("lmdm", "lmdm_v0.4_hubert", _lmdm, _build_lmdm),
+        NetworkSpec("appearance_extractor", _bare, _builder("appearance_extractor", "AppearanceFeatureExtractor")),
+        NetworkSpec("motion_extractor", _bare, _builder("motion_extractor", "MotionExtractor")),
+        NetworkSpec("warp_network", _bare, _builder("warp_network", "WarpingNetwork")),
+        NetworkSpec("decoder", _bare, _builder("decoder", "SPADEDecoder")),
+        NetworkSpec("stitch_network", _stitch, _builder("stitch_network", "StitchingNetwork")),
+        NetworkSpec("lmdm", _lmdm, _build_lmdm),
     )
 }
-
-
-def candidate_dirs(model_dir: Path) -> list[Path]:
-    """Where official files may sit under a models folder: flat, or the HuggingFace layout."""
-    model_dir = Path(model_dir)
-    return [model_dir, model_dir / "models", model_dir / "ditto_pytorch" / "models"]
-
-
-def find_network_file(name: str, model_dir: Path) -> Optional[Path]:
-    """The file for network ``name`` under ``model_dir``; ``.safetensors`` wins over ``.pth``."""
-    spec = NETWORKS[name]
-    for folder in candidate_dirs(model_dir):
-        for suffix in (".safetensors", ".pth"):
-            path = folder / f"{spec.stem}{suffix}"
-            if path.is_file():
-                return path
-    return None
-
-
-def missing_files_message(names: Iterable[str], model_dir: Path) -> str:
-    files = ", ".join(NETWORKS[n].official_file for n in names)
-    return (
-        f"Missing Ditto model file(s): {files}. Looked in {Path(model_dir).resolve()} "
-        f"(and its models/ and ditto_pytorch/models/ subfolders). Download them from HuggingFace "
-        f"{HF_REPO} (folder ditto_pytorch/models/) and put them in that folder; inside ComfyUI "
-        f"this is ComfyUI/models/ditto/."
-    )
 
 
 def read_checkpoint(path: Path) -> Any:
     """Read a ``.pth`` (``weights_only=True``, never arbitrary unpickling) or ``.safetensors`` file."""
     path = Path(path)
-    hint = f"Re-download {path.name} from HuggingFace {HF_REPO} (ditto_pytorch/models/) or re-run convert-weights."
+    hint = f"Re-download {path.name} from HuggingFace {HF_REPO} ({HF_NETWORK_FOLDER}/) or re-run convert-weights."
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
@@ -266,7 +243,7 @@ def load_network(
         raise KeyError(f"unknown network '{name}'; expected one of {sorted(NETWORKS)}")
     path = find_network_file(name, Path(model_dir))
     if path is None:
-        raise MissingModelError(missing_files_message([name], Path(model_dir)))
+        raise MissingModelError(missing_networks_message([name], Path(model_dir)))
     return build_network(name, load_state(name, path), path, device).to(dtype=dtype)
 
 
@@ -297,10 +274,10 @@ def convert_weights(src: Path | str, dst: Path | str) -> list[Path]:
 
     src, dst = Path(src), Path(dst)
     dst.mkdir(parents=True, exist_ok=True)
-    found = {name: _find_pth(name, src) for name in NETWORKS}
+    found = {name: find_network_file(name, src, suffixes=(".pth",)) for name in NETWORKS}
     found = {name: path for name, path in found.items() if path is not None}
     if not found:
-        raise MissingModelError(missing_files_message(NETWORKS, src))
+        raise MissingModelError(missing_networks_message(NETWORKS, src))
     written, index = [], {}
     for name, path in found.items():
         state = load_state(name, path)
@@ -315,10 +292,3 @@ def convert_weights(src: Path | str, dst: Path | str) -> list[Path]:
     atomic_write(dst / "ditto_models.json", lambda tmp: tmp.write_text(json.dumps(index, indent=2)))
     return written
 
-
-def _find_pth(name: str, folder: Path) -> Optional[Path]:
-    for d in candidate_dirs(folder):
-        p = d / NETWORKS[name].official_file
-        if p.is_file():
-            return p
-    return None

@@ -11,9 +11,10 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import MissingModelError
-from .checkpoints import NETWORKS, build_network, file_identity, find_network_file, load_state, missing_files_message
-from .keypoints import NUM_KP
-from .official_config import CONFIG_DIR, CONFIG_FILE, blink_table, find_config, read_config
+from ..model_files import CONFIG_DIR, CONFIG_FILE, find_config, find_network_file, missing_networks_message
+from .checkpoints import NETWORKS, build_network, file_identity, load_state
+from .keypoints import EYE_KP, NUM_KP
+from .official_config import blink_table, read_config
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +55,14 @@ def load_ditto_models(
 
     Every missing file is reported at once; every file is validated before any module is
     handed out. The blink table comes from the official config under ``ditto_cfg/`` when it is
-    there (see :func:`~.official_config.find_config`); without it blinks are off.
+    there (see :func:`~ditto_core.model_files.find_config`); without it blinks are off.
     """
     model_dir = Path(model_dir)
     device = torch.device(device)
     files = {name: find_network_file(name, model_dir) for name in NETWORKS}
     missing = [name for name, path in files.items() if path is None]
     if missing:
-        raise MissingModelError(missing_files_message(missing, model_dir))
+        raise MissingModelError(missing_networks_message(missing, model_dir))
     blinks = _load_blink_table(model_dir)  # small: a bad config fails before the heavy loads
     modules = {}
     for name, path in files.items():
@@ -91,8 +92,6 @@ def synthetic_blink_table(rows: int = 7) -> Tensor:
     so row 0 is "eyes open" like the real table); every other channel stays 0. The values
     mean nothing for random networks: the table only makes the blink code paths run.
     """
-    from ..motion.motion_stitch import EYE_KP  # the motion package builds on this one: import late
-
     bump = 1 - torch.linspace(-1, 1, rows) ** 2
     table = torch.zeros(rows, NUM_KP, 3)
     table[:, list(EYE_KP), 1] = 0.02 * bump[:, None]
