@@ -267,15 +267,16 @@ def discard(temp: PathLike) -> None:
             temp.unlink()
 
 
-def reap_stale_temporaries(folder: PathLike, *, now: Optional[float] = None) -> list[Path]:
-    """Remove the temporaries that dead processes left in ``folder`` (not below it); return them.
+def reap_stale_temporaries(folder: PathLike, *, depth: int = 0, now: Optional[float] = None) -> list[Path]:
+    """Remove the temporaries that dead processes left in ``folder``; return them.
 
-    Only names made by :func:`temp_sibling` are considered. A temporary of a live process is
-    kept; one whose owner cannot be checked (see :func:`owner_is_alive`) is kept until it has
-    been untouched for :data:`FOREIGN_TEMP_AGE_S`. A missing or unreadable folder reaps
-    nothing: this runs at start-up and must never stop it.
+    Subfolders are searched too, ``depth`` levels deep (0: ``folder`` only; symbolic links are
+    never followed). Only names made by :func:`temp_sibling` are considered. A temporary of a
+    live process is kept; one whose owner cannot be checked (see :func:`owner_is_alive`) is
+    kept until it has been untouched for :data:`FOREIGN_TEMP_AGE_S`. A missing or unreadable
+    folder, or a temporary that cannot be removed, is skipped: this runs at start-up and must
+    never stop it.
     """
-    folder = Path(folder)
     now = time.time() if now is None else now
     reaped = []
     try:
@@ -284,17 +285,21 @@ def reap_stale_temporaries(folder: PathLike, *, now: Optional[float] = None) -> 
         return reaped
     for entry in entries:
         info = parse_temp_name(entry.name)
-        if info is None or entry.is_symlink():
-            continue
-        alive = owner_is_alive(info)
-        if alive is None:
-            try:
-                alive = now - entry.stat(follow_symlinks=False).st_mtime < FOREIGN_TEMP_AGE_S
-            except FileNotFoundError:
+        try:
+            if info is None:
+                if depth > 0 and entry.is_dir(follow_symlinks=False):
+                    reaped += reap_stale_temporaries(entry.path, depth=depth - 1, now=now)
                 continue
-        if not alive:
-            discard(entry.path)
-            reaped.append(Path(entry.path))
+            if entry.is_symlink():
+                continue
+            alive = owner_is_alive(info)
+            if alive is None:
+                alive = now - entry.stat(follow_symlinks=False).st_mtime < FOREIGN_TEMP_AGE_S
+            if not alive:
+                discard(entry.path)
+                reaped.append(Path(entry.path))
+        except OSError:
+            continue  # vanished meanwhile, or not ours to remove (another user's folder)
     return reaped
 
 
