@@ -241,7 +241,8 @@ def _rename_folder(temp: Path, target: Path, replace: bool) -> bool:
             os.rename(temp, target)
             return True
         except OSError as exc:
-            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY) and not isinstance(exc, FileExistsError):
+            taken = exc.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR) or isinstance(exc, FileExistsError)
+            if not taken:
                 raise
         if not replace:
             discard(temp)
