@@ -20,6 +20,8 @@ weights, avatar cache entries, downloads) goes through here:
    processes that died without cleaning up (SIGKILL, power loss) left in a folder.
 4. :func:`disk_full_error` turns ENOSPC/EDQUOT into :class:`DiskFullError`, naming the folder,
    the space needed and the space free.
+5. :func:`folder_lock` serialises the processes that rewrite one folder as a whole (a weights
+   conversion), where per-file atomicity alone would let two of them interleave.
 
 :func:`atomic_target` (a context manager) and :func:`atomic_write` / :func:`atomic_write_bytes`
 combine the steps for the common case; :func:`atomic_dir` does the same for a folder of files
@@ -302,6 +304,44 @@ def reap_stale_temporaries(folder: PathLike, *, depth: int = 0, now: Optional[fl
         except OSError:
             continue  # vanished meanwhile, or not ours to remove (another user's folder)
     return reaped
+
+
+@contextlib.contextmanager
+def folder_lock(folder: PathLike, *, shared: bool = False) -> Iterator[bool]:
+    """Hold an advisory lock on ``folder`` while the block runs: exclusive for a process that
+    rewrites the folder's files as a set, ``shared`` for one that reads them as a set.
+
+    A process asking for the lock waits while an incompatible one holds it. The lock is
+    ``flock`` on the folder itself, so no lock file is left behind, and the kernel releases it
+    if the holder dies. An exclusive lock creates the folder if needed. Yields whether a lock
+    is held: False where the platform or the filesystem has none (Windows, some network
+    filesystems) or the folder does not exist; the block then runs unserialised, each file
+    still published atomically.
+    """
+    folder = Path(folder)
+    if not shared:
+        folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:
+        yield False
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except FileNotFoundError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF):
+                raise
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
 
 
 # ---------------------------------------------------------------------------------- disk full

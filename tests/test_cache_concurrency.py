@@ -92,3 +92,68 @@ def test_two_jobs_writing_one_output_path_leave_one_complete_file(tmp_path):
     assert writer in (1, 2) and data == bytes([writer]) * (65536 * (20 + 10 * writer))
     assert [p.name for p in tmp_path.iterdir()] == ["clip.mp4"]
     assert not any(parse_temp_name(name) for name in os.listdir(tmp_path))
+
+
+def _stitch_source(folder: Path, seed: int) -> Path:
+    """An official-layout stitch_network.pth with seed-``seed`` weights (the smallest network)."""
+    import torch
+
+    from ditto_core.models.stitch_network import StitchingNetwork
+
+    torch.manual_seed(seed)
+    state = {f"module.{k}": v for k, v in StitchingNetwork().state_dict().items()}
+    folder.mkdir(parents=True)
+    torch.save({"retarget_shoulder": state}, folder / "stitch_network.pth")
+    return folder
+
+
+def _convert_repeatedly(src: str, dst: str, times: int) -> None:
+    from ditto_core.models.checkpoints import convert_weights
+
+    for _ in range(times):
+        convert_weights(src, dst)
+
+
+def _check_repeatedly(dst: str, stop: str) -> int:
+    """Read the index and the file it describes as a set, as the model loader does (under the
+    folder's shared lock), until ``stop`` exists; return how many reads found them consistent."""
+    import json
+
+    from ditto_core.atomic_files import file_sha256, folder_lock
+
+    folder, consistent = Path(dst), 0
+    while not Path(stop).exists():
+        with folder_lock(folder, shared=True):
+            try:
+                index = json.loads((folder / "ditto_models.json").read_text())
+            except FileNotFoundError:
+                continue  # before the first conversion finished
+            recorded = index["stitch_network.safetensors"]["sha256"]
+            assert recorded == file_sha256(folder / "stitch_network.safetensors"), "index and file disagree"
+            consistent += 1
+    return consistent
+
+
+@pytest.mark.slow
+@pytest.mark.reliability(area=AREA, case="two processes converting different weights into one folder while a third "
+                                          "loads from it (convert-weights, model loading)",
+                         behaviour="conversions take turns and loaders read between them (flock on the folder): the "
+                                   "index always matches the files beside it, no temporary is left")
+def test_concurrent_conversions_into_one_folder_stay_consistent(tmp_path):
+    import json
+
+    from ditto_core.atomic_files import file_sha256
+    from ditto_core.models.checkpoints import load_network
+
+    sources = [_stitch_source(tmp_path / f"src{seed}", seed) for seed in (1, 2)]
+    dst = tmp_path / "converted"
+    stop = tmp_path / "stop"
+    with _spawn_pool() as pool:
+        reader = pool.apply_async(_check_repeatedly, (str(dst), str(stop)))
+        pool.starmap(_convert_repeatedly, [(str(src), str(dst), 60) for src in sources])
+        stop.touch()
+        assert reader.get(timeout=120) > 0
+    index = json.loads((dst / "ditto_models.json").read_text())
+    assert sorted(p.name for p in dst.iterdir()) == ["ditto_models.json", "stitch_network.safetensors"]
+    assert index["stitch_network.safetensors"]["sha256"] == file_sha256(dst / "stitch_network.safetensors")
+    assert load_network("stitch_network", dst) is not None
