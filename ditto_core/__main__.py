@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence, TextIO
 
 from .errors import DittoError
+from .signals import exit_status, terminate_as_interrupt
 from .motion.motion_options import EMOTIONS, MAX_STEPS
 from .precision import LMDM_PRECISIONS, NETWORK_PRECISIONS
 from .video.writer import X264_PRESETS
@@ -178,6 +179,9 @@ def _check_render(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
 
 
 def _render(args: argparse.Namespace) -> int:
+    from .atomic_files import reap_stale_temporaries
+
+    reap_stale_temporaries(args.out.parent)  # what renders killed outright (SIGKILL) left there
     out = render_cli(args)
     print(f"wrote {out}")
     return 0
@@ -333,13 +337,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if hasattr(args, "check"):
         args.check(args, _subparser(parser, args.command))
     try:
-        return args.run(args)
+        with terminate_as_interrupt():  # SIGTERM / SIGHUP clean up as Ctrl-C does
+            return args.run(args)
     except DittoError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted: nothing was written", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"interrupted ({exc or 'Ctrl-C'}): nothing was written", file=sys.stderr)
+        return exit_status(exc)
 
 
 def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
