@@ -36,24 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-try:
-    from ..atomic_files import discard, disk_full_error, publish, temp_sibling
-except ImportError:  # TEMPORARY until the reliability branch's helpers are merged
-    import tempfile
-
-    def temp_sibling(target, suffix=".tmp"):
-        handle, name = tempfile.mkstemp(dir=Path(target).parent, prefix=f".{Path(target).name}.", suffix=suffix)
-        os.close(handle)
-        return Path(name)
-
-    def publish(temp, target):
-        os.replace(temp, target)
-
-    def discard(temp):
-        Path(temp).unlink(missing_ok=True)
-
-    def disk_full_error(exc, target, needed=None):
-        return None
+from ..atomic_files import discard, disk_full_error, publish, temp_sibling
 from ..errors import DittoError, InputError
 from .colour import pad_to_even, rgb_to_yuv420p, tag_bt709
 
@@ -359,6 +342,8 @@ class SegmentEncoder:
         self.first_frame = first_frame
         self.frames = 0
         self.segment: Optional[Segment] = None  # set by close()
+        self.packets = 0  # video packets out of x264 so far, and their bytes
+        self.packet_bytes = 0
         self._delay: Optional[int] = None
         prepared = prepare_audio(audio) if audio is not None else None
         self._file = _OutputFile(path, ".part.mp4", scratch)
@@ -446,19 +431,27 @@ class SegmentEncoder:
             if self._delay is None:
                 self._delay = max(0, -int(packet.dts * packet.time_base * self.settings.fps))
             self._file.container.mux(packet)
+            self.packets += 1
+            self.packet_bytes += packet.size
+
+    def estimated_bytes(self, frames: Optional[int] = None) -> Optional[int]:
+        """The file's size for ``frames`` frames (default: those written), extrapolated from the
+        packets so far; before x264 has returned any, a tenth of the raw picture size."""
+        frames = self.frames if frames is None else frames
+        if self.packets:
+            return self.packet_bytes * max(frames, self.packets) // self.packets
+        height, width = self.settings.padded
+        return frames * height * width * 3 // 20 or None
 
     def abort(self) -> None:
         """Stop and delete the partial file; nothing is published."""
         self._closed = True
         self._file.discard()
 
-    def bytes_written(self) -> int:
-        return self._file.bytes_written()
-
     def _translated(self, error: OSError) -> BaseException:
-        """A disk-full ``error`` as DiskFullError (with this file's size so far as the space it
-        needed at least), anything else unchanged."""
-        return self._file.disk_full(error, self.bytes_written() or None) or error
+        """A disk-full ``error`` as DiskFullError naming the file's estimated size, anything else
+        unchanged."""
+        return self._file.disk_full(error, self.estimated_bytes()) or error
 
     def __enter__(self) -> "SegmentEncoder":
         return self
@@ -536,8 +529,9 @@ class Mp4Joiner:
     """
 
     def __init__(self, path: PathLike, audio: Optional[Tuple[Waveform, int]] = None,
-                 delay: Optional[int] = None) -> None:
+                 delay: Optional[int] = None, expected_bytes: Optional[int] = None) -> None:
         self._prepared = prepare_audio(audio) if audio is not None else None
+        self._expected_bytes = expected_bytes  # named in a disk-full error
         self._file = _OutputFile(path, ".part.mp4")
         self._delay = delay
         self._video: Optional[av.VideoStream] = None
@@ -622,11 +616,9 @@ class Mp4Joiner:
     def abort(self) -> None:
         self._file.discard()
 
-    def bytes_written(self) -> int:
-        return self._file.bytes_written()
-
     def _translated(self, error: OSError) -> BaseException:
-        return self._file.disk_full(error, self.bytes_written() or None) or error
+        needed = max(self._file.bytes_written(), self._expected_bytes or 0)
+        return self._file.disk_full(error, needed or None) or error
 
 
 def join_segments(segments: Sequence[Union[Segment, PathLike]], path: PathLike,
@@ -639,7 +631,8 @@ def join_segments(segments: Sequence[Union[Segment, PathLike]], path: PathLike,
     if not segments:
         raise InputError(f"join_segments: no segments given for {path}")
     found = [s if isinstance(s, Segment) else read_segment(s) for s in segments]
-    joiner = Mp4Joiner(path, audio, delay=max(s.delay for s in found))
+    joiner = Mp4Joiner(path, audio, delay=max(s.delay for s in found),
+                       expected_bytes=sum(s.path.stat().st_size for s in found))
     try:
         for segment in found:
             joiner.add(segment)

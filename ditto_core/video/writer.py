@@ -30,12 +30,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..atomic_files import DiskFullError, discard, disk_full_error
 from ..errors import DittoError, InputError
 from ..host_memory import trim_host_heap
 from .colour import pad_to_even, rgb_to_yuv420p
 from .encoder import (
     X264_PRESETS, EncoderSettings, Mp4Joiner, Segment, SegmentEncoder, Waveform, check_encoder_options,
-    check_frames, default_encoders, default_preset, disk_full_error, discard, prepare_audio,
+    check_frames, default_encoders, default_preset,
 )
 
 __all__ = ["VideoWriter", "X264_PRESETS", "check_encoder_options", "default_encoders", "default_preset"]
@@ -101,6 +102,8 @@ class VideoWriter:
             memory at about ``queue_frames * width * height * 3`` bytes (half that for CUDA
             frames, which arrive as yuv420p). None: 32 for one encoder, otherwise enough for
             one segment per encoder, at most 1 GiB.
+        expected_frames: the clip's length where the caller knows it: a disk-full error then
+            names the space the whole MP4 needs, not only what was written before it struck.
     """
 
     def __init__(
@@ -116,11 +119,12 @@ class VideoWriter:
         encoders: Optional[int] = None,
         segment_frames: Optional[int] = None,
         queue_frames: Optional[int] = None,
+        expected_frames: Optional[int] = None,
     ) -> None:
         cores = os.cpu_count() or 1
         encoders = default_encoders(cores) if encoders is None else encoders
         for name, value in (("encoders", encoders), ("segment_frames", segment_frames),
-                            ("queue_frames", queue_frames)):
+                            ("queue_frames", queue_frames), ("expected_frames", expected_frames)):
             if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
                 raise InputError(f"VideoWriter: {name} must be a positive integer, got {value!r}")
         settings = EncoderSettings(width, height, fps, crf, default_preset(cores) if preset is None else preset)
@@ -131,6 +135,7 @@ class VideoWriter:
         self.settings = settings
         self.path = Path(path)
         self.width, self.height = width, height
+        self.expected_frames = expected_frames
         self.encoders = encoders
         self.segment_frames = segment_frames if parallel else None
         self._padded = self.settings.padded
@@ -154,7 +159,8 @@ class VideoWriter:
         self._done: Dict[int, Segment] = {}  # finished segments waiting for the joiner
         self._scratch: List[Path] = []  # every scratch file a thread may still hold
         self._segment_done = threading.Condition(self._lock)
-        self._bytes_joined = 0
+        self._packets = self._packet_bytes = 0  # out of every encoder so far
+        self._joined = 0  # segments in the MP4 so far
         self._input_ended = False
 
         if parallel:
@@ -273,9 +279,12 @@ class VideoWriter:
                 self._joiner.close()
             else:
                 self._final.close()
-        except BaseException as error:
+        except Exception as error:
             self.abort()
             raise self._user_error(error) from error
+        except BaseException:  # an interruption: cleaned up and passed on as it is
+            self.abort()
+            raise
         self._closed = True
 
     def abort(self) -> None:
@@ -337,7 +346,9 @@ class VideoWriter:
         """What the caller sees for a worker's ``error``: a disk-full error naming the folder and
         the space the whole file needs; DittoErrors as they are; anything else wrapped."""
         if isinstance(error, OSError):
-            full = disk_full_error(error, self.path, self._estimated_bytes())
+            # Re-estimated for the whole file when a segment's encoder already translated it.
+            cause = error.__cause__ if isinstance(error, DiskFullError) and error.__cause__ else error
+            full = disk_full_error(cause, self.path, self._estimated_bytes())
             if full is not None:
                 return full
         if isinstance(error, DittoError):
@@ -345,15 +356,15 @@ class VideoWriter:
         return DittoError(f"encoding {self.path} failed: {error}")
 
     def _estimated_bytes(self) -> Optional[int]:
-        """The finished MP4's size, extrapolated from what was encoded so far (None before any)."""
-        written = self._bytes_joined + sum(_size(path) for path in list(self._scratch))
-        if self._final is not None:
-            written += self._final.bytes_written()
-        if self._joiner is not None:
-            written = max(written, self._joiner.bytes_written())
-        if not (written and self._frames_encoded):
-            return None
-        return written * max(self._frames_queued, self._frames_encoded) // self._frames_encoded
+        """The finished MP4's size for every frame received, extrapolated from the packets x264
+        returned so far (or from the raw size before any)."""
+        with self._lock:
+            packets, packet_bytes = self._packets, self._packet_bytes
+        frames = max(self._frames_queued, self.expected_frames or 0)
+        if packets:
+            return packet_bytes * max(frames, packets) // packets
+        height, width = self._padded
+        return frames * height * width * 3 // 20 or None
 
     def _fail(self, error: BaseException) -> None:
         with self._lock:
@@ -400,6 +411,7 @@ class VideoWriter:
     def _encode_chunk(self, encoder: SegmentEncoder, chunk: _Chunk) -> None:
         """Encode one chunk of padded frames (the unit a benchmark may time)."""
         height, width = self._padded
+        before = encoder.packets, encoder.packet_bytes
         if chunk.yuv:
             frames = chunk.buffer[: chunk.count * height * width * 3 // 2].view(chunk.count, height * 3 // 2, width)
             encoder.write_yuv(frames.numpy())
@@ -408,6 +420,8 @@ class VideoWriter:
                               .numpy())
         with self._lock:
             self._frames_encoded += chunk.count
+            self._packets += encoder.packets - before[0]
+            self._packet_bytes += encoder.packet_bytes - before[1]
 
     def _drain(self, job: _Job) -> None:
         """Recycle the rest of a failed segment's buffers so the producer never waits on them."""
@@ -437,7 +451,7 @@ class VideoWriter:
                     segment = self._done.pop(index)
                 self._joiner.add(segment)
                 with self._lock:
-                    self._bytes_joined += _size(segment.path)
+                    self._joined += 1
                     self._scratch.remove(segment.path)
                 discard(segment.path)
                 index += 1
@@ -448,9 +462,3 @@ class VideoWriter:
         """True once input has ended and every segment before ``index`` is joined (lock held)."""
         return self._input_ended and index >= self._job_count
 
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
