@@ -36,7 +36,8 @@ def _add_render(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eye-lock", action="store_true", help="lock eye state to the source's frame 0")
     p.add_argument("--batch-size", type=int, default=0, help="frames per warp+decode batch (0: chosen from free VRAM)")
     p.add_argument("--crf", type=int, default=18)
-    p.add_argument("--preset", default="medium", help="x264 preset (ultrafast ... veryslow)")
+    p.add_argument("--preset", default=None, help="x264 preset (ultrafast ... veryslow; default: from the CPU count)")
+    p.add_argument("--encoders", type=int, default=None, help="parallel x264 encoders (default: one per 4 cores)")
     p.add_argument("--max-seconds", type=float, default=None, help="render only the first N seconds of speech")
     p.add_argument("--cache-dir", type=Path, default=None, help="avatar cache folder (default: next to --models)")
 

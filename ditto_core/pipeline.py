@@ -241,15 +241,15 @@ class DittoPipeline:
 
     def render_video(
         self, source: SourceInfo, motion: MotionSequence, out_path: Path | str,
-        audio: Optional[tuple[Tensor, int]] = None, crf: int = 18, preset: str = "medium",
-        progress: Optional[ProgressCallback] = None,
+        audio: Optional[tuple[Tensor, int]] = None, crf: int = 18, preset: Optional[str] = None,
+        progress: Optional[ProgressCallback] = None, encoders: Optional[int] = None,
     ) -> Path:
         """Warp+decode, paste back and encode, batch by batch; the MP4 appears only on success."""
         start = time.perf_counter()
         height, width = source.frames.shape[1:3]
         engine = self.engine()
         with VideoWriter(out_path, width=width, height=height, fps=motion.fps, crf=crf, preset=preset,
-                         audio=audio) as writer:
+                         audio=audio, encoders=encoders, expected_frames=len(motion)) as writer:
             for first, renders in engine.iter_render(source, motion, progress):
                 index = motion.source_index[first:first + renders.shape[0]]
                 writer.write(paste_back(source.frames, renders, source.M_c2o, source_index=index))
@@ -261,8 +261,8 @@ class DittoPipeline:
     def run(
         self, source_path: Path | str, audio_path: Path | str, out_path: Path | str,
         registration: Optional[RegistrationOptions] = None, motion_options: Optional[MotionOptions] = None,
-        crf: int = 18, preset: str = "medium", max_seconds: Optional[float] = None,
-        progress: Optional[ProgressCallback] = None,
+        crf: int = 18, preset: Optional[str] = None, max_seconds: Optional[float] = None,
+        progress: Optional[ProgressCallback] = None, encoders: Optional[int] = None,
     ) -> Path:
         frames, is_image = load_source(source_path)
         waveform, rate = load_audio(audio_path)
@@ -275,7 +275,7 @@ class DittoPipeline:
         motion = self.motion(source, features, motion_options or MotionOptions())
         del features  # (frames, 1024) on the device: the render's memory must not grow with the clip
         return self.render_video(source, motion, out_path, audio=(waveform, rate), crf=crf, preset=preset,
-                                 progress=progress)
+                                 progress=progress, encoders=encoders)
 
 
 def render_cli(args) -> Path:
@@ -294,7 +294,8 @@ def render_cli(args) -> Path:
             cache_dir = args.cache_dir or Path(args.models) / "cache"
             pipeline = DittoPipeline.from_model_dir(args.models, cache_dir=cache_dir, **common)
         out = pipeline.run(args.image, args.audio, args.out, registration, motion_options, crf=args.crf,
-                           preset=args.preset, max_seconds=args.max_seconds, progress=_terminal_progress())
+                           preset=args.preset, max_seconds=args.max_seconds, progress=_terminal_progress(),
+                           encoders=getattr(args, "encoders", None))
     for stage, seconds in pipeline.times.seconds.items():
         print(f"{stage:>15}: {seconds:7.2f} s")
     return out
