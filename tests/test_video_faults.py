@@ -211,3 +211,14 @@ def test_writer_rejects_bad_parallel_options(tmp_path):
             pass
     assert list(tmp_path.iterdir()) == []
     assert writer_module.default_encoders(16) == 4 and writer_module.default_encoders(2) == 1
+
+
+def test_default_segments_balance_a_short_clip_and_stay_two_seconds_for_long_ones():
+    from fractions import Fraction
+
+    from ditto_core.video.writer import default_segment_frames
+
+    assert default_segment_frames(Fraction(25), 4) == 50
+    assert default_segment_frames(Fraction(25), 4, expected_frames=15000) == 50
+    assert default_segment_frames(Fraction(25), 4, expected_frames=250) == 25  # 10 segments for 4 encoders
+    assert default_segment_frames(Fraction(25), 2, expected_frames=180) == 30

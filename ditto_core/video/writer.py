@@ -22,6 +22,7 @@ import os
 import queue
 import threading
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
 from typing import Dict, List, Optional, Tuple, Type, Union
@@ -39,7 +40,8 @@ from .encoder import (
     check_frames, default_encoders, default_preset,
 )
 
-__all__ = ["VideoWriter", "X264_PRESETS", "check_encoder_options", "default_encoders", "default_preset"]
+__all__ = ["VideoWriter", "X264_PRESETS", "check_encoder_options", "default_encoders", "default_preset",
+           "default_segment_frames"]
 
 # Frames per host-copy chunk: big enough to amortise a transfer, small enough that the encoder
 # starts on the first frames while the rest of a batch is still being copied.
@@ -50,11 +52,24 @@ _POLL_SECONDS = 0.5
 
 # Seconds of video per segment when encoding in parallel: each segment starts with an IDR
 # frame (a little size at the same quality), and the pool must hold about one segment per
-# encoder for all of them to stay busy.
+# encoder for all of them to stay busy. A clip of known length gets shorter segments (down to
+# the minimum), about _SEGMENTS_PER_ENCODER each, so the last round of segments does not leave
+# most encoders idle.
 _SEGMENT_SECONDS = 2.0
+_MIN_SEGMENT_SECONDS = 1.0
+_SEGMENTS_PER_ENCODER = 3
 
 # The default pool never takes more host memory than this (whatever the frame size).
 _DEFAULT_POOL_BYTES = 1 << 30
+
+
+def default_segment_frames(fps: Fraction, encoders: int, expected_frames: Optional[int] = None) -> int:
+    """Frames per segment (and GOP) when none are given: two seconds, less for a short clip."""
+    longest = max(1, round(_SEGMENT_SECONDS * fps))
+    if not expected_frames:
+        return longest
+    balanced = -(-expected_frames // (_SEGMENTS_PER_ENCODER * encoders))
+    return max(min(balanced, longest), max(1, round(_MIN_SEGMENT_SECONDS * fps)))
 
 
 @dataclass
@@ -97,7 +112,8 @@ class VideoWriter:
             channels are mixed down to mono (the mix the lip motion was computed from).
         encoders: concurrent libx264 instances; None: :func:`default_encoders` (one per four
             cores). With more than one, each gets ``cpu_count // encoders`` threads.
-        segment_frames: frames per segment (and GOP) when ``encoders > 1``; None: two seconds.
+        segment_frames: frames per segment (and GOP) when ``encoders > 1``; None:
+            :func:`default_segment_frames` (two seconds, down to one for a short clip).
         queue_frames: frames buffered on the host between producer and encoders; bounds host
             memory at about ``queue_frames * width * height * 3`` bytes (half that for CUDA
             frames, which arrive as yuv420p). None: 32 for one encoder, otherwise enough for
@@ -130,7 +146,7 @@ class VideoWriter:
         settings = EncoderSettings(width, height, fps, crf, default_preset(cores) if preset is None else preset)
         parallel = encoders > 1
         if parallel:
-            segment_frames = segment_frames or max(1, round(_SEGMENT_SECONDS * settings.fps))
+            segment_frames = segment_frames or default_segment_frames(settings.fps, encoders, expected_frames)
             settings = replace(settings, gop_frames=segment_frames, threads=max(1, cores // encoders))
         self.settings = settings
         self.path = Path(path)
@@ -226,12 +242,12 @@ class VideoWriter:
         count, (height, width) = chunk.shape[0], self._padded
         if chunk.is_cuda:
             packed = rgb_to_yuv420p(pad_to_even(chunk))
-            buffer = self._take_buffer(packed.numel(), pinned=True)
+            buffer = self._take_buffer(yuv=True)
             buffer[: packed.numel()].view(packed.shape).copy_(packed, non_blocking=True)
             ready = torch.cuda.Event()
             ready.record(torch.cuda.current_stream(chunk.device))
             return _Chunk(buffer, count, True, ready)
-        buffer = self._take_buffer(count * height * width * 3, pinned=False)
+        buffer = self._take_buffer(yuv=False)
         frames = buffer[: count * height * width * 3].view(count, height, width, 3)
         frames[:, : self.height, : self.width].copy_(chunk)
         if width != self.width:
@@ -240,14 +256,15 @@ class VideoWriter:
             frames[:, self.height] = frames[:, self.height - 1]
         return _Chunk(buffer, count, False, None)
 
-    def _take_buffer(self, nbytes: int, pinned: bool) -> Tensor:
-        """A free host buffer of at least ``nbytes``; waits while all are in flight.
+    def _take_buffer(self, yuv: bool) -> Tensor:
+        """A free host buffer for one chunk; waits while all are in flight.
 
-        Buffers hold _CHUNK_FRAMES frames of the larger (RGB) layout, so one pool serves both
-        kinds of chunk; pinned only where CUDA can use it.
+        A buffer holds _CHUNK_FRAMES frames of its kind: packed yuv420p, pinned (for CUDA
+        frames), or padded RGB (host frames). One of the other kind is replaced, so the count
+        never grows.
         """
-        pinned = pinned and torch.cuda.is_available()
-        size = _CHUNK_FRAMES * self._padded[0] * self._padded[1] * 3
+        pinned = yuv and torch.cuda.is_available()
+        size = _CHUNK_FRAMES * self._padded[0] * self._padded[1] * 3 // (2 if yuv else 1)
         if self._pool_created < self._pool_size:
             self._pool_created += 1
             return torch.empty(size, dtype=torch.uint8, pin_memory=pinned)
@@ -259,8 +276,8 @@ class VideoWriter:
                 if not all(thread.is_alive() for thread in self._threads):
                     raise DittoError(f"an encoder thread for {self.path} stopped unexpectedly")
                 continue
-            if pinned and not buffer.is_pinned():
-                buffer = torch.empty(size, dtype=torch.uint8, pin_memory=True)  # replaces, count unchanged
+            if buffer.numel() != size or buffer.is_pinned() != pinned:
+                buffer = torch.empty(size, dtype=torch.uint8, pin_memory=pinned)  # replaces it: count unchanged
             return buffer
 
     def close(self) -> None:
