@@ -3,7 +3,9 @@ the umask, and host memory over a long clip. Nothing half-written is ever left b
 from __future__ import annotations
 
 import errno
+import itertools
 import os
+import time
 import stat
 
 import numpy as np
@@ -15,8 +17,10 @@ from ditto_core.errors import DittoError
 from ditto_core.video import writer as writer_module
 from ditto_core.video.encoder import Mp4Joiner, SegmentEncoder
 from ditto_core.video.writer import VideoWriter
-from tests.test_atomic_files import small_filesystem, umask  # noqa: F401 (fixtures)
+from tests.test_atomic_files import small_filesystem, umask
 from tests.video_support import decoded_indices, tone, watermarked
+
+FIXTURES = (small_filesystem, umask)  # shared with the atomic-files tests; used as parameters below
 
 FILES = "Files and processes"
 FAULTS = "Soak and faults"
@@ -45,7 +49,7 @@ def assert_clean_then_rerun(folder, target, encoders) -> None:
                          behaviour="the MP4 gets the mode a plain new file would (0o666 less the umask), not "
                                    "the temporary's 0o600")
 @pytest.mark.parametrize("mask", [0o022, 0o002, 0o077])
-def test_mp4_gets_the_umask_mode(tmp_path, umask, mask):  # noqa: F811 (the fixture)
+def test_mp4_gets_the_umask_mode(tmp_path, umask, mask):
     umask(mask)
     for encoders in (1, 2):
         target = tmp_path / f"clip{encoders}.mp4"
@@ -83,9 +87,18 @@ def test_interrupt_while_encoding_leaves_nothing(tmp_path, monkeypatch, encoders
     assert_clean_then_rerun(tmp_path, target, encoders)
 
 
-def wait_until(condition, seconds: float = 20.0) -> None:
-    import time
+def inject(monkeypatch, owner, name: str, error: BaseException, fails) -> None:
+    """Patch ``owner.name`` to raise ``error`` on the calls where ``fails(self, args, call_number)``."""
+    original, calls = getattr(owner, name), itertools.count(1)
 
+    def patched(self, *args):
+        if fails(self, args, next(calls)):
+            raise error
+        return original(self, *args)
+    monkeypatch.setattr(owner, name, patched)
+
+
+def wait_until(condition, seconds: float = 20.0) -> None:
     end = time.monotonic() + seconds
     while not condition():
         assert time.monotonic() < end, "the encoder threads made no progress"
@@ -99,24 +112,12 @@ def wait_until(condition, seconds: float = 20.0) -> None:
 @pytest.mark.parametrize("encoders, where", [(1, "encode"), (3, "encode"), (3, "join")])
 def test_encoder_error_in_a_middle_segment_leaves_nothing(tmp_path, monkeypatch, encoders, where):
     target = tmp_path / "clip.mp4"
-    calls = {"frames": 0}
-    if where == "encode":
-        original = SegmentEncoder.write_rgb
-
-        def failing(self, frames):
-            calls["frames"] += len(frames)
-            if self.first_frame == SEGMENT or (encoders == 1 and calls["frames"] > 6):
-                raise RuntimeError("x264 exploded")
-            original(self, frames)
-        monkeypatch.setattr(SegmentEncoder, "write_rgb", failing)
+    if where == "encode":  # segment 1's encoder; with one encoder, its third chunk
+        inject(monkeypatch, SegmentEncoder, "write_rgb", RuntimeError("x264 exploded"),
+               lambda self, args, call: self.first_frame == SEGMENT or (encoders == 1 and call > 2))
     else:
-        original = Mp4Joiner.add
-
-        def failing(self, segment):
-            if segment.first_frame == SEGMENT:
-                raise RuntimeError("x264 exploded")
-            original(self, segment)
-        monkeypatch.setattr(Mp4Joiner, "add", failing)
+        inject(monkeypatch, Mp4Joiner, "add", RuntimeError("x264 exploded"),
+               lambda self, args, call: args[0].first_frame == SEGMENT)
     with pytest.raises(DittoError, match=f"{target.name}.*x264 exploded") as raised:
         write_clip(target, encoders=encoders, queue_frames=8)  # a small pool: a dead encoder must not block
     assert isinstance(raised.value.__cause__, RuntimeError)
@@ -131,17 +132,8 @@ def test_encoder_error_in_a_middle_segment_leaves_nothing(tmp_path, monkeypatch,
 @pytest.mark.parametrize("encoders, where", [(1, "encode"), (2, "encode"), (2, "join")])
 def test_injected_disk_full_names_folder_and_space(tmp_path, monkeypatch, encoders, where):
     target = tmp_path / "clip.mp4"
-    owner = SegmentEncoder if where == "encode" else Mp4Joiner
-    name = "_mux_video" if where == "encode" else "_append"
-    original = getattr(owner, name)
-    calls = {"n": 0}
-
-    def full(self, *args):
-        calls["n"] += 1
-        if calls["n"] > 3:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return original(self, *args)
-    monkeypatch.setattr(owner, name, full)
+    owner, name = (SegmentEncoder, "_mux_video") if where == "encode" else (Mp4Joiner, "_append")
+    inject(monkeypatch, owner, name, OSError(errno.ENOSPC, "No space left on device"), lambda self, args, call: call > 3)
     with pytest.raises(DiskFullError) as raised:
         write_clip(target, frames=40, encoders=encoders)
     message = str(raised.value)
@@ -155,7 +147,7 @@ def test_injected_disk_full_names_folder_and_space(tmp_path, monkeypatch, encode
                          behaviour="DiskFullError naming the folder and the space needed; the filesystem is "
                                    "left empty")
 @pytest.mark.parametrize("encoders", [1, 2])
-def test_real_disk_full_while_writing_the_mp4(small_filesystem, encoders):  # noqa: F811 (the fixture)
+def test_real_disk_full_while_writing_the_mp4(small_filesystem, encoders):
     noise = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (40, 128, 128, 3), dtype=np.uint8))
     with pytest.raises(DiskFullError, match=str(small_filesystem.resolve())) as raised:
         with VideoWriter(small_filesystem / "clip.mp4", width=128, height=128, crf=0, preset="ultrafast",

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ditto_core.errors import InputError
-from ditto_core.video.encoder import EncoderSettings, encode_segment, join_segments, read_segment
+from ditto_core.video.encoder import EncoderSettings, SegmentEncoder, encode_segment, join_segments, read_segment
 from ditto_core.video.writer import VideoWriter
 from tests.video_support import decoded_indices, durations, tone, watermarked
 
@@ -68,3 +68,21 @@ def test_join_refuses_gaps_disorder_and_mixed_settings(tmp_path):
     with pytest.raises(InputError, match="not a segment"):
         join_segments([not_a_segment], tmp_path / "out.mp4")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mp4", "b.mp4", "c.mp4", "plain.mp4"]
+
+
+def test_yuv_input_and_host_rgb_input_encode_the_same_video(tmp_path):
+    """The CUDA path hands x264 planes converted by rgb_to_yuv420p, the host path RGB that
+    swscale converts: the two videos agree (here on the CPU, at a height not divisible by 4)."""
+    from ditto_core.video.colour import rgb_to_yuv420p
+    from tests.video_support import decoded_frames
+
+    frames = watermarked(0, 6, height=70, width=128)
+    settings = EncoderSettings(width=128, height=70, fps=FPS, crf=0, preset="ultrafast")
+    with SegmentEncoder(tmp_path / "yuv.mp4", settings, whole=True) as encoder:
+        encoder.write_yuv(rgb_to_yuv420p(frames).numpy())
+    with SegmentEncoder(tmp_path / "rgb.mp4", settings, whole=True) as encoder:
+        encoder.write_rgb(frames.numpy())
+    yuv, rgb = decoded_frames(tmp_path / "yuv.mp4"), decoded_frames(tmp_path / "rgb.mp4")
+    assert yuv.shape == rgb.shape == (6, 70, 128, 3)
+    assert np.abs(yuv.astype(int) - rgb.astype(int)).max() <= 3  # one level in yuv, lossless x264
+    assert decoded_indices(tmp_path / "yuv.mp4") == list(range(6))

@@ -39,9 +39,14 @@ def read_index(frame: np.ndarray) -> int:
     return index
 
 
-def decoded_indices(path: Path) -> list[int]:
+def decoded_frames(path: Path) -> np.ndarray:
+    """(T, H, W, 3) uint8 RGB of an MP4 (swscale's conversion back to RGB)."""
     with av.open(str(path)) as container:
-        return [read_index(frame.to_ndarray(format="rgb24")) for frame in container.decode(video=0)]
+        return np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)])
+
+
+def decoded_indices(path: Path) -> list[int]:
+    return [read_index(frame) for frame in decoded_frames(path)]
 
 
 def durations(path: Path) -> dict:

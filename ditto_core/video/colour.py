@@ -16,7 +16,6 @@ takes.
 from __future__ import annotations
 
 import av
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -95,14 +94,3 @@ def tag_bt709(context: av.video.codeccontext.VideoCodecContext) -> None:
     context.color_trc = av.video.reformatter.ColorTrc.BT709.value
     context.color_range = av.video.reformatter.ColorRange.MPEG.value
 
-
-def yuv_video_frame(packed: np.ndarray) -> av.VideoFrame:
-    """An ``av.VideoFrame`` over one (H * 3 // 2, W) uint8 packed yuv420p array, without a copy.
-
-    The frame points into ``packed``: keep the array alive and unchanged until the encoder has
-    taken the frame (libx264 copies the picture inside ``encode``).
-    """
-    frame = av.VideoFrame.from_numpy_buffer(packed, format="yuv420p")
-    frame.colorspace = av.video.reformatter.Colorspace.ITU709.value
-    frame.color_range = av.video.reformatter.ColorRange.MPEG.value
-    return frame

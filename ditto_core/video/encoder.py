@@ -145,10 +145,6 @@ class Segment:
     settings: EncoderSettings
     delay: int  # frames x264 put the first decode timestamp before the first frame (B-frames)
 
-    @property
-    def end_frame(self) -> int:
-        return self.first_frame + self.frames
-
 
 # ----------------------------------------------------------------------------------- audio
 
