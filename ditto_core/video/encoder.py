@@ -277,9 +277,12 @@ class _OutputFile:
                 pass  # the file is being thrown away; a failed trailer write changes nothing
         discard(self.temp)
 
-    def disk_full(self, error: BaseException, needed: Optional[int]) -> Optional[DittoError]:
-        """``error`` as a DiskFullError naming this file's folder, or None if it is another error."""
-        return disk_full_error(error, self.target, needed)
+    def raise_if_disk_full(self, error: BaseException, needed: Optional[int]) -> None:
+        """Raise ``error`` as a DiskFullError naming this file's folder and ``needed`` bytes if
+        it is one (ENOSPC, EDQUOT); return otherwise, for the caller to re-raise it."""
+        full = disk_full_error(error, self.target, needed)
+        if full is not None and full is not error:
+            raise full from error
 
 
 def _video_stream(container: av.container.OutputContainer, settings: EncoderSettings) -> av.VideoStream:
@@ -400,7 +403,8 @@ class SegmentEncoder:
             if self._audio is not None:
                 self._audio.until(self.frames)
         except OSError as error:
-            raise self._translated(error) from error
+            self._file.raise_if_disk_full(error, self.estimated_bytes())
+            raise
 
     # -- finishing
 
@@ -416,8 +420,7 @@ class SegmentEncoder:
             where = self._file.publish()
         except BaseException as error:
             self.abort()
-            if isinstance(error, OSError):
-                raise self._translated(error) from error
+            self._file.raise_if_disk_full(error, self.estimated_bytes())
             raise
         self.segment = Segment(where, self.first_frame, self.frames, self.settings, self._delay or 0)
         return self.segment
@@ -443,11 +446,6 @@ class SegmentEncoder:
         """Stop and delete the partial file; nothing is published."""
         self._closed = True
         self._file.discard()
-
-    def _translated(self, error: OSError) -> BaseException:
-        """A disk-full ``error`` as DiskFullError naming the file's estimated size, anything else
-        unchanged."""
-        return self._file.disk_full(error, self.estimated_bytes()) or error
 
     def __enter__(self) -> "SegmentEncoder":
         return self
@@ -547,7 +545,8 @@ class Mp4Joiner:
             with av.open(str(path)) as source:
                 self._append(path, source)
         except OSError as error:
-            raise self._translated(error) from error
+            self._file.raise_if_disk_full(error, self._needed())
+            raise
         except av.FFmpegError as error:
             raise DittoError(f"joining {path} into {self.path} failed: {error}") from error
 
@@ -605,16 +604,15 @@ class Mp4Joiner:
             return self._file.publish()
         except BaseException as error:
             self.abort()
-            if isinstance(error, OSError):
-                raise self._translated(error) from error
+            self._file.raise_if_disk_full(error, self._needed())
             raise
 
     def abort(self) -> None:
         self._file.discard()
 
-    def _translated(self, error: OSError) -> BaseException:
-        needed = max(self._file.bytes_written(), self._expected_bytes or 0)
-        return self._file.disk_full(error, needed or None) or error
+    def _needed(self) -> Optional[int]:
+        """Bytes the MP4 needs, as far as known: the segments' sizes, or what is written so far."""
+        return max(self._file.bytes_written(), self._expected_bytes or 0) or None
 
 
 def join_segments(segments: Sequence[Union[Segment, PathLike]], path: PathLike,

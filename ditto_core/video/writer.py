@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
-from typing import Dict, List, Optional, Tuple, Type, Union
+from typing import Dict, List, NoReturn, Optional, Tuple, Type, Union
 
 import numpy as np
 import torch
@@ -284,24 +284,20 @@ class VideoWriter:
         """Encode what is queued, flush the encoders, join the segments and move the file into place."""
         if self._closed:
             return
-        if self._frames_queued == 0:
-            self.abort()
-            raise InputError(f"VideoWriter: no frames were written to {self.path}; nothing to save")
-        self._end_input()
-        for thread in self._threads:
-            thread.join()
-        self._ensure_usable()
         try:
+            if self._frames_queued == 0:
+                raise InputError(f"VideoWriter: no frames were written to {self.path}; nothing to save")
+            self._end_input()
+            for thread in self._threads:
+                thread.join()
+            self._ensure_usable()
             if self._joiner is not None:
                 self._joiner.close()
             else:
                 self._final.close()
-        except Exception as error:
+        except BaseException as error:  # an interruption too (while waiting for the encoders)
             self.abort()
-            raise self._user_error(error) from error
-        except BaseException:  # an interruption: cleaned up and passed on as it is
-            self.abort()
-            raise
+            self._raise(error)
         self._closed = True
 
     def abort(self) -> None:
@@ -353,24 +349,24 @@ class VideoWriter:
     def _ensure_usable(self) -> None:
         """Raise if the writer is closed or a worker thread has failed (cleaning up first)."""
         if self._error is not None:
-            error = self._error
             self.abort()
-            raise self._user_error(error) from error
+            self._raise(self._error)
         if self._closed:
             raise DittoError(f"VideoWriter for {self.path} is already closed; open a new one")
 
-    def _user_error(self, error: BaseException) -> BaseException:
-        """What the caller sees for a worker's ``error``: a disk-full error naming the folder and
-        the space the whole file needs; DittoErrors as they are; anything else wrapped."""
+    def _raise(self, error: BaseException) -> NoReturn:
+        """Raise what the caller sees for ``error``: a disk-full error naming the folder and the
+        space the whole file needs; DittoErrors and interruptions as they are; anything else as
+        a DittoError naming the file."""
         if isinstance(error, OSError):
             # Re-estimated for the whole file when a segment's encoder already translated it.
             cause = error.__cause__ if isinstance(error, DiskFullError) and error.__cause__ else error
             full = disk_full_error(cause, self.path, self._estimated_bytes())
-            if full is not None:
-                return full
-        if isinstance(error, DittoError):
-            return error
-        return DittoError(f"encoding {self.path} failed: {error}")
+            if full is not None and full is not cause:
+                raise full from cause
+        if isinstance(error, DittoError) or not isinstance(error, Exception):
+            raise error
+        raise DittoError(f"encoding {self.path} failed: {error}") from error
 
     def _estimated_bytes(self) -> Optional[int]:
         """The finished MP4's size for every frame received, extrapolated from the packets x264
