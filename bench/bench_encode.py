@@ -12,7 +12,9 @@ through :class:`VideoWriter` with
 
 Per run: frames/s from opening the writer to the finished file, file size, and the luma PSNR
 of the decoded MP4 against the source (so parallel and single encodes at the same CRF compare
-on quality, not only speed). Also the GPU conversion's time per frame. Prints a table and
+on quality, not only speed). Also the GPU conversion's time per frame, and whether libx264
+instances scale in Python threads as they do in processes (``thread_scaling``: PyAV releases
+the GIL in ``encode``, so both speed-ups should approach the instance count). Prints a table and
 writes JSON with ``--out``::
 
     python3 bench/bench_encode.py --out $OUT/bench_encode.json     # H200 host: about 6-8 min
@@ -25,11 +27,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing
 import os
 import platform
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import av
@@ -42,7 +46,9 @@ sys.path.insert(0, str(REPO))
 from bench_common import cuda_event_times, emit  # noqa: E402
 from bench_render import load_frame  # noqa: E402
 from ditto_core.video.colour import rgb_to_yuv420p  # noqa: E402
-from ditto_core.video.encoder import X264_PRESETS, default_encoders, default_preset  # noqa: E402
+from ditto_core.video.encoder import (  # noqa: E402
+    X264_PRESETS, EncoderSettings, SegmentEncoder, default_encoders, default_preset,
+)
 from ditto_core.video.writer import VideoWriter  # noqa: E402
 
 FPS = 25
@@ -125,6 +131,39 @@ def bench_size(height: int, width: int, args: argparse.Namespace, workdir: Path,
     return result
 
 
+def _encode_alone(args: tuple) -> float:
+    """Seconds one single-threaded x264 instance takes for ``clip`` (packed yuv420p)."""
+    clip, path, preset = args
+    settings = EncoderSettings(width=clip.shape[2], height=clip.shape[1] * 2 // 3, fps=FPS, preset=preset, threads=1)
+    start = time.perf_counter()
+    with SegmentEncoder(path, settings, whole=True) as encoder:
+        encoder.write_yuv(clip)
+    return time.perf_counter() - start
+
+
+def thread_scaling(instances: int, workdir: Path, preset: str = "medium", frames: int = 60) -> dict:
+    """Does PyAV let libx264 instances in Python threads run concurrently (the GIL released in
+    encode)? ``instances`` single-threaded encoders of 512x512 frames, in threads and in
+    processes, against one alone: aggregate frames/s and speed-up (``instances`` is ideal)."""
+    clip = rgb_to_yuv420p(make_clip(512, 512, frames)).numpy()
+    jobs = [(clip, workdir / f"scaling_{i}.mp4", preset) for i in range(instances)]
+    alone = _encode_alone(jobs[0])
+    with ThreadPoolExecutor(instances) as pool:
+        start = time.perf_counter()
+        list(pool.map(_encode_alone, jobs))
+        threads_s = time.perf_counter() - start
+    with multiprocessing.get_context("spawn").Pool(instances) as pool:
+        pool.map(abs, range(instances))  # start the workers first: their start-up is not encoding
+        start = time.perf_counter()
+        pool.map(_encode_alone, jobs)
+        processes_s = time.perf_counter() - start
+    for _, path, _ in jobs:
+        path.unlink(missing_ok=True)
+    return {"instances": instances, "preset": preset, "frames_each": frames, "alone_fps": frames / alone,
+            "threads_fps": instances * frames / threads_s, "processes_fps": instances * frames / processes_s,
+            "threads_speedup": alone / threads_s * instances, "processes_speedup": alone / processes_s * instances}
+
+
 def compare(runs: list[dict], encoders: int) -> dict:
     """Per preset: parallel / single frames/s, PSNR difference and size ratio (host RGB input)."""
     table = {}
@@ -153,7 +192,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--budget", type=float, default=480.0, help="seconds before slow runs are skipped")
     args = parser.parse_args()
     if args.quick:
-        args.sizes, args.presets, args.frames = ["64x128"], ["ultrafast", "veryfast", "medium"], args.frames or 24
+        args.sizes, args.presets, args.frames = ["64x128"], ["ultrafast", "veryfast", "medium"], args.frames or 60
         args.encoders = max(args.encoders, 2)
     return args
 
@@ -171,6 +210,8 @@ def main() -> None:
         "goals_1080x1920_fps": GOALS, "sizes": {},
     }
     with tempfile.TemporaryDirectory(prefix="bench_encode_") as tmp:
+        results["thread_scaling"] = thread_scaling(max(2, args.encoders), Path(tmp), frames=12 if args.quick else 60)
+        print("x264 instances in threads vs processes:", results["thread_scaling"], flush=True)
         for size in args.sizes:
             height, width = (int(v) for v in size.lower().split("x"))
             results["sizes"][size] = bench_size(height, width, args, Path(tmp), began + args.budget, skipped)

@@ -183,7 +183,7 @@ def test_host_buffers_and_scratch_files_stay_bounded_over_a_long_clip(tmp_path, 
         most["scratch"] = max(most["scratch"], len(self._scratch))
         return encoder
     monkeypatch.setattr(VideoWriter, "_open_segment", counting)
-    frames = 600
+    frames = 360
     with VideoWriter(tmp_path / "long.mp4", width=128, height=64, preset="ultrafast", encoders=2,
                      segment_frames=10, queue_frames=16) as writer:
         for start in range(0, frames, 6):

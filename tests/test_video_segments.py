@@ -86,3 +86,18 @@ def test_yuv_input_and_host_rgb_input_encode_the_same_video(tmp_path):
     assert yuv.shape == rgb.shape == (6, 70, 128, 3)
     assert np.abs(yuv.astype(int) - rgb.astype(int)).max() <= 3  # one level in yuv, lossless x264
     assert decoded_indices(tmp_path / "yuv.mp4") == list(range(6))
+
+
+@pytest.mark.gpu
+def test_cuda_frames_through_parallel_segments_keep_order_and_size(tmp_path):
+    """The GPU path end to end: CUDA frames (odd size) converted on the device, several
+    encoders, one MP4 with every frame once, in order."""
+    frames = watermarked(0, 30, height=65, width=129).cuda()
+    target = tmp_path / "gpu.mp4"
+    with VideoWriter(target, width=129, height=65, fps=FPS, preset="medium", encoders=3, segment_frames=4,
+                     audio=(tone(1.5), 48000)) as writer:
+        for start in range(0, 30, 7):
+            writer.write(frames[start : start + 7])
+    check_clip(target, 30)
+    with av.open(str(target)) as container:
+        assert (container.streams.video[0].height, container.streams.video[0].width) == (66, 130)
