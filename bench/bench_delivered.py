@@ -35,7 +35,7 @@ from ditto_core.compilation import compile_available  # noqa: E402
 from ditto_core.render.putback import paste_back  # noqa: E402
 from ditto_core.render.warp_decode import WarpDecodeEngine, auto_batch_size  # noqa: E402
 from ditto_core.video.colour import rgb_to_yuv420p  # noqa: E402
-from ditto_core.video.encoder import X264_PRESETS, default_encoders  # noqa: E402
+from ditto_core.video.encoder import X264_PRESETS, default_encoders, usable_cores  # noqa: E402
 from ditto_core.video.writer import VideoWriter  # noqa: E402
 
 AUDIO_RATE = 48000
@@ -110,7 +110,7 @@ def main() -> None:
             "config": {"device": str(device), "frames": frames, "size": [settings.height, settings.width],
                        "precision": args.precision, "batch": batch, "compiled": settings.compile,
                        "compile_ready_s": ready_s, "crf": args.crf, "encoders_parallel": args.encoders,
-                       "source_frame": origin, "cpu_count": os.cpu_count(),
+                       "source_frame": origin, "cpu_count": os.cpu_count(), "usable_cores": usable_cores(),
                        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
             "gpu_fps": statistics.median(gpu_side(False) for _ in range(settings.reps)),
             "gpu_fps_with_yuv_conversion": statistics.median(gpu_side(True) for _ in range(settings.reps)),

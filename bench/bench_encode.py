@@ -47,7 +47,7 @@ from bench_common import cuda_event_times, emit  # noqa: E402
 from bench_render import load_frame  # noqa: E402
 from ditto_core.video.colour import rgb_to_yuv420p  # noqa: E402
 from ditto_core.video.encoder import (  # noqa: E402
-    X264_PRESETS, EncoderSettings, SegmentEncoder, default_encoders, default_preset,
+    X264_PRESETS, EncoderSettings, SegmentEncoder, default_encoders, default_preset, usable_cores,
 )
 from ditto_core.video.writer import VideoWriter  # noqa: E402
 
@@ -202,7 +202,7 @@ def main() -> None:
     began = time.perf_counter()
     skipped: list[str] = []
     results: dict = {
-        "config": {"cpu_count": os.cpu_count(), "encoders": args.encoders, "crf": args.crf, "fps": FPS,
+        "config": {"cpu_count": os.cpu_count(), "usable_cores": usable_cores(), "encoders": args.encoders, "crf": args.crf, "fps": FPS,
                    "default_preset": default_preset(), "cpu": platform.processor() or platform.machine(),
                    "pyav": av.__version__, "ffmpeg": {k: list(v) for k, v in av.library_versions.items()},
                    "torch": torch.__version__,

@@ -57,6 +57,14 @@ _LAYOUTS = {1: "mono", 2: "stereo"}
 # ----------------------------------------------------------------------------------- settings
 
 
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, e.g. a container's cpuset)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def default_preset(cpu_count: Optional[int] = None) -> str:
     """The x264 preset used when none is given, from the host's CPU count.
 
@@ -65,7 +73,7 @@ def default_preset(cpu_count: Optional[int] = None) -> str:
     of its time), fewer cores ``superfast``, a small host ``ultrafast``. See docs/ENCODING.md
     for the measurements behind the thresholds.
     """
-    cores = cpu_count or os.cpu_count() or 1
+    cores = cpu_count or usable_cores()
     return "veryfast" if cores >= 12 else "superfast" if cores >= 6 else "ultrafast"
 
 
@@ -76,7 +84,7 @@ def default_encoders(cpu_count: Optional[int] = None) -> int:
     serial lookahead and entropy coding limit it, and more instances on shorter time ranges
     scale instead.
     """
-    return max(1, (cpu_count or os.cpu_count() or 1) // 4)
+    return max(1, (cpu_count or usable_cores()) // 4)
 
 
 def check_encoder_options(crf: int, preset: str) -> None:

@@ -37,7 +37,7 @@ from ..host_memory import trim_host_heap
 from .colour import pad_to_even, rgb_to_yuv420p
 from .encoder import (
     X264_PRESETS, EncoderSettings, Mp4Joiner, Segment, SegmentEncoder, Waveform, check_encoder_options,
-    check_frames, default_encoders, default_preset,
+    check_frames, default_encoders, default_preset, usable_cores,
 )
 
 __all__ = ["VideoWriter", "X264_PRESETS", "check_encoder_options", "default_encoders", "default_preset",
@@ -111,7 +111,7 @@ class VideoWriter:
             [-1, 1]; muxed as AAC, cut or padded with silence to the video length. More than two
             channels are mixed down to mono (the mix the lip motion was computed from).
         encoders: concurrent libx264 instances; None: :func:`default_encoders` (one per four
-            cores). With more than one, each gets ``cpu_count // encoders`` threads.
+            usable cores). With more than one, each gets ``cores // encoders`` threads.
         segment_frames: frames per segment (and GOP) when ``encoders > 1``; None:
             :func:`default_segment_frames` (two seconds, down to one for a short clip).
         queue_frames: frames buffered on the host between producer and encoders; bounds host
@@ -137,7 +137,7 @@ class VideoWriter:
         queue_frames: Optional[int] = None,
         expected_frames: Optional[int] = None,
     ) -> None:
-        cores = os.cpu_count() or 1
+        cores = usable_cores()
         encoders = default_encoders(cores) if encoders is None else encoders
         for name, value in (("encoders", encoders), ("segment_frames", segment_frames),
                             ("queue_frames", queue_frames), ("expected_frames", expected_frames)):
