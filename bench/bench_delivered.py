@@ -7,7 +7,7 @@ device synchronised) and then into a finished MP4 with 10 s of AAC audio through
 four cores). Each MP4 is checked: the expected number of frames and audio within one frame of
 the video. Prints a table next to issue 16's goals and writes JSON with ``--out``::
 
-    python3 bench/bench_delivered.py --out $OUT/bench_delivered.json   # H200: about 4-6 min
+    python3 bench/bench_delivered.py --out $OUT/bench_delivered.json   # H200: about 3-5 min
     python bench/bench_delivered.py --quick                             # CPU smoke run
 
 ``--cache-dir`` reuses an Inductor cache (bench_render.py's, say) to skip the cold compile.

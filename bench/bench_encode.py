@@ -17,7 +17,7 @@ instances scale in Python threads as they do in processes (``thread_scaling``: P
 the GIL in ``encode``, so both speed-ups should approach the instance count). Prints a table and
 writes JSON with ``--out``::
 
-    python3 bench/bench_encode.py --out $OUT/bench_encode.json     # H200 host: about 6-8 min
+    python3 bench/bench_encode.py --out $OUT/bench_encode.json     # H200 host: about 8 min
     python bench/bench_encode.py --quick                            # CPU smoke run, seconds
 
 A time budget (``--budget``) skips the slowest presets' runs that would not fit; they are listed
