@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from .errors import DittoError
+from .signals import exit_status, terminate_as_interrupt
 
 
 def _add_render(sub: argparse._SubParsersAction) -> None:
@@ -49,8 +50,10 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
 
 
 def _render(args: argparse.Namespace) -> int:
+    from .atomic_files import reap_stale_temporaries
     from .pipeline import render_cli
 
+    reap_stale_temporaries(args.out.parent)  # what renders killed outright (SIGKILL) left there
     out = render_cli(args)
     print(f"wrote {out}")
     return 0
@@ -71,13 +74,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     _add_convert(sub)
     args = parser.parse_args(argv)
     try:
-        return {"render": _render, "convert-weights": _convert}[args.command](args)
+        with terminate_as_interrupt():  # SIGTERM / SIGHUP clean up as Ctrl-C does
+            return {"render": _render, "convert-weights": _convert}[args.command](args)
     except DittoError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted: nothing was written", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"interrupted ({exc or 'Ctrl-C'}): nothing was written", file=sys.stderr)
+        return exit_status(exc)
 
 
 if __name__ == "__main__":

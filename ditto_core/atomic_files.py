@@ -20,6 +20,8 @@ weights, avatar cache entries, downloads) goes through here:
    processes that died without cleaning up (SIGKILL, power loss) left in a folder.
 4. :func:`disk_full_error` turns ENOSPC/EDQUOT into :class:`DiskFullError`, naming the folder,
    the space needed and the space free.
+5. :func:`folder_lock` serialises the processes that rewrite one folder as a whole (a weights
+   conversion), where per-file atomicity alone would let two of them interleave.
 
 :func:`atomic_target` (a context manager) and :func:`atomic_write` / :func:`atomic_write_bytes`
 combine the steps for the common case; :func:`atomic_dir` does the same for a folder of files
@@ -241,7 +243,8 @@ def _rename_folder(temp: Path, target: Path, replace: bool) -> bool:
             os.rename(temp, target)
             return True
         except OSError as exc:
-            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY) and not isinstance(exc, FileExistsError):
+            taken = exc.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR) or isinstance(exc, FileExistsError)
+            if not taken:
                 raise
         if not replace:
             discard(temp)
@@ -267,15 +270,16 @@ def discard(temp: PathLike) -> None:
             temp.unlink()
 
 
-def reap_stale_temporaries(folder: PathLike, *, now: Optional[float] = None) -> list[Path]:
-    """Remove the temporaries that dead processes left in ``folder`` (not below it); return them.
+def reap_stale_temporaries(folder: PathLike, *, depth: int = 0, now: Optional[float] = None) -> list[Path]:
+    """Remove the temporaries that dead processes left in ``folder``; return them.
 
-    Only names made by :func:`temp_sibling` are considered. A temporary of a live process is
-    kept; one whose owner cannot be checked (see :func:`owner_is_alive`) is kept until it has
-    been untouched for :data:`FOREIGN_TEMP_AGE_S`. A missing or unreadable folder reaps
-    nothing: this runs at start-up and must never stop it.
+    Subfolders are searched too, ``depth`` levels deep (0: ``folder`` only; symbolic links are
+    never followed). Only names made by :func:`temp_sibling` are considered. A temporary of a
+    live process is kept; one whose owner cannot be checked (see :func:`owner_is_alive`) is
+    kept until it has been untouched for :data:`FOREIGN_TEMP_AGE_S`. A missing or unreadable
+    folder, or a temporary that cannot be removed, is skipped: this runs at start-up and must
+    never stop it.
     """
-    folder = Path(folder)
     now = time.time() if now is None else now
     reaped = []
     try:
@@ -284,18 +288,60 @@ def reap_stale_temporaries(folder: PathLike, *, now: Optional[float] = None) -> 
         return reaped
     for entry in entries:
         info = parse_temp_name(entry.name)
-        if info is None or entry.is_symlink():
-            continue
-        alive = owner_is_alive(info)
-        if alive is None:
-            try:
-                alive = now - entry.stat(follow_symlinks=False).st_mtime < FOREIGN_TEMP_AGE_S
-            except FileNotFoundError:
+        try:
+            if info is None:
+                if depth > 0 and entry.is_dir(follow_symlinks=False):
+                    reaped += reap_stale_temporaries(entry.path, depth=depth - 1, now=now)
                 continue
-        if not alive:
-            discard(entry.path)
-            reaped.append(Path(entry.path))
+            if entry.is_symlink():
+                continue
+            alive = owner_is_alive(info)
+            if alive is None:
+                alive = now - entry.stat(follow_symlinks=False).st_mtime < FOREIGN_TEMP_AGE_S
+            if not alive:
+                discard(entry.path)
+                reaped.append(Path(entry.path))
+        except OSError:
+            continue  # vanished meanwhile, or not ours to remove (another user's folder)
     return reaped
+
+
+@contextlib.contextmanager
+def folder_lock(folder: PathLike, *, shared: bool = False) -> Iterator[bool]:
+    """Hold an advisory lock on ``folder`` while the block runs: exclusive for a process that
+    rewrites the folder's files as a set, ``shared`` for one that reads them as a set.
+
+    A process asking for the lock waits while an incompatible one holds it. The lock is
+    ``flock`` on the folder itself, so no lock file is left behind, and the kernel releases it
+    if the holder dies. An exclusive lock creates the folder if needed. Yields whether a lock
+    is held: False where the platform or the filesystem has none (Windows, some network
+    filesystems) or the folder does not exist; the block then runs unserialised, each file
+    still published atomically.
+    """
+    folder = Path(folder)
+    if not shared:
+        folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:
+        yield False
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except FileNotFoundError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF):
+                raise
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
 
 
 # ---------------------------------------------------------------------------------- disk full

@@ -9,7 +9,7 @@ from __future__ import annotations
 from comfy_api.latest import ComfyExtension, io
 
 from . import all_in_one, audio_nodes, model_nodes, motion_nodes, output_nodes, render_nodes, source_nodes
-from .paths import register_model_folder
+from .paths import reap_stale_files, register_model_folder
 
 NODE_CLASSES: list[type[io.ComfyNode]] = [
     *model_nodes.NODES,
@@ -24,6 +24,10 @@ NODE_CLASSES: list[type[io.ComfyNode]] = [
 
 class DittoExtension(ComfyExtension):
     """The Ditto node pack."""
+
+    async def on_load(self) -> None:
+        register_model_folder()
+        reap_stale_files()  # what Ditto runs of a server killed mid-write left behind
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
         register_model_folder()  # before any schema lists the model folders

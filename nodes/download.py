@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Optional
 
-from ditto_core.atomic_files import file_sha256
+from ditto_core.atomic_files import discard, file_sha256, temp_sibling
 from ditto_core.audio.hubert import HUBERT_ONNX_NAME
 from ditto_core.errors import CheckpointError, MissingModelError
 from ditto_core.models.checkpoints import HF_REPO, NETWORKS, build_network, find_network_file, load_state
@@ -62,7 +60,7 @@ def download_missing(model_dir: Path, aux_dir: Path, progress: Optional[Progress
             + ", ".join(sorted(wanted))
         ) from None
     model_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".ditto_download_", dir=model_dir))
+    staging = temp_sibling(model_dir / "download", directory=True)  # reaped on the next start if we are killed
     written = []
     try:
         for done, (remote, target) in enumerate(sorted(wanted.items()), start=1):
@@ -81,7 +79,7 @@ def download_missing(model_dir: Path, aux_dir: Path, progress: Optional[Progress
             written.append(target)
             report(progress, done, len(wanted))
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        discard(staging)
     return written
 
 

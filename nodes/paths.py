@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath
 
 import folder_paths
 
+from ditto_core.atomic_files import reap_stale_temporaries
 from ditto_core.models.checkpoints import NETWORKS, find_network_file
 
 FOLDER_NAME = "ditto"
@@ -27,6 +28,21 @@ def register_model_folder() -> None:
     """Add ``<ComfyUI models>/ditto`` to the ``ditto`` model paths (idempotent)."""
     default = os.path.join(folder_paths.models_dir, FOLDER_NAME)
     folder_paths.add_model_folder_path(FOLDER_NAME, default)
+
+
+OUTPUT_DEPTH = 3
+"""Subfolder levels of the output folder searched for stale temporaries (a ``filename_prefix``
+such as ``videos/ditto/take`` saves two levels down)."""
+
+
+def reap_stale_files() -> list[Path]:
+    """Remove the partial files that Ditto runs killed outright (a server stopped mid-save, a
+    crash) left in ComfyUI's output and temp folders, the avatar cache and the model folders
+    (an interrupted download); temporaries of live processes, such as a second ComfyUI
+    sharing the folders, stay. Returns what was removed."""
+    folders = [(folder_paths.get_output_directory(), OUTPUT_DEPTH), (folder_paths.get_temp_directory(), 0),
+               (avatar_cache_dir(), 0), *((root, 1) for root in model_roots())]
+    return [path for folder, depth in folders for path in reap_stale_temporaries(folder, depth=depth)]
 
 
 def model_roots() -> list[Path]:

@@ -128,10 +128,10 @@ def assert_no_output(out_dir: Path, cache_dir: Path) -> None:
 def assert_complete_cache(cache: AvatarCache) -> None:
     """Every cache entry present is complete and verifies (a valid avatar may be cached even when
     a later stage failed); no temporary file is left."""
-    names = files_under(cache.root)
-    assert not [n for n in names if n.startswith(".")], f"temporary files left in the cache: {names}"
-    for meta in cache.root.glob("*.json"):
-        assert cache.load(meta.stem) is not None, f"cache entry {meta.stem} does not verify"
+    names = sorted(p.name for p in cache.root.iterdir()) if cache.root.exists() else []
+    assert names == cache.keys(), f"temporary files or half-written entries left in the cache: {names}"
+    for key in cache.keys():
+        assert cache.load(key) is not None, f"cache entry {key} does not verify"
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ import errno
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -20,9 +19,9 @@ from ditto_core.atomic_files import (
     reap_stale_temporaries, temp_sibling,
 )
 from ditto_core.errors import DittoError
+from tests.process_support import LiveTemp, stale_temp
 
 AREA = "Files and processes"
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -36,20 +35,6 @@ def umask():
 
 def _listing(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
-
-
-def _child(code: str) -> subprocess.Popen:
-    """A Python process running ``code`` with the repository importable; stdout piped."""
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, stdout=subprocess.PIPE,
-                            stdin=subprocess.PIPE, text=True)
-
-
-MAKE_TEMP = """
-    import sys
-    from ditto_core.atomic_files import temp_sibling
-    print(temp_sibling(sys.argv[1] if len(sys.argv) > 1 else {target!r}, suffix=".part.mp4"), flush=True)
-    sys.stdin.read()  # stay alive until the test closes our stdin
-"""
 
 
 def test_temp_names_parse_and_foreign_names_do_not():
@@ -124,47 +109,50 @@ def test_atomic_dir_first_writer_wins_unless_replacing(tmp_path):
                                    "those of live processes, of owners it cannot check (until a day old) and every "
                                    "file not named by us")
 def test_reap_removes_only_dead_processes_temporaries(tmp_path):
-    live = _child(MAKE_TEMP.format(target=str(tmp_path / "live.mp4")))
-    dead = _child(MAKE_TEMP.format(target=str(tmp_path / "dead.mp4")))
-    try:
-        live_temp = Path(live.stdout.readline().strip())
-        dead_temp = Path(dead.stdout.readline().strip())
-        dead.stdin.close()
-        dead.wait(timeout=30)  # exited without discarding its temporary: what SIGKILL leaves
-        assert live_temp.is_file() and dead_temp.is_file()
-
-        live_info = parse_temp_name(live_temp.name)
-        host = live_info.host
-        reused = tmp_path / f".reused.mp4.~ditto.{live.pid}.{live_info.start + 1}.{host}.00000000.tmp"
-        foreign_host = tmp_path / f".remote.mp4.~ditto.{live.pid}.5.ffffffff.00000000.tmp"
-        old_foreign = tmp_path / f".old.mp4.~ditto.{live.pid}.5.ffffffff.00000001.tmp"
-        dead_folder = tmp_path / f".entry.~ditto.{dead.pid}.1.{host}.00000002"
-        for path in (reused, foreign_host, old_foreign):
-            path.write_bytes(b"x")
+    with LiveTemp(tmp_path / "live.mp4") as live:
+        dead_temp = stale_temp(tmp_path, "dead.mp4")
+        info = parse_temp_name(live.path.name)
+        pid, host = live.process.pid, info.host
+        reused = tmp_path / f".reused.mp4.~ditto.{pid}.{info.start + 1}.{host}.00000000.tmp"
+        foreign_host = tmp_path / f".remote.mp4.~ditto.{pid}.5.ffffffff.00000000.tmp"
+        old_foreign = tmp_path / f".old.mp4.~ditto.{pid}.5.ffffffff.00000001.tmp"
+        dead_folder = stale_temp(tmp_path, "entry", suffix="")
+        dead_folder.unlink()
         dead_folder.mkdir()
         (dead_folder / "tensors").write_bytes(b"x")
+        for path in (reused, foreign_host, old_foreign):
+            path.write_bytes(b"x")
         day_ago = time.time() - atomic_files.FOREIGN_TEMP_AGE_S - 60
         os.utime(old_foreign, (day_ago, day_ago))
         mine = temp_sibling(tmp_path / "mine.mp4")
         foreign = ["clip.mp4", ".clip.mp4.tmp", ".x.~ditto.notapid.mp4", "ditto_abc"]
         for name in foreign:
             (tmp_path / name).write_bytes(b"user data")
-        os.symlink(dead_temp, tmp_path / f".link.~ditto.{dead.pid}.1.{host}.00000003.tmp")
+        link = stale_temp(tmp_path, "link")
+        link.unlink()
+        os.symlink(dead_temp, link)
 
         reaped = reap_stale_temporaries(tmp_path)
 
         assert sorted(reaped) == sorted([dead_temp, reused, old_foreign, dead_folder])
         left = set(_listing(tmp_path))
-        assert {live_temp.name, foreign_host.name, mine.name, *foreign} <= left
+        assert {live.path.name, foreign_host.name, mine.name, link.name, *foreign} <= left
         assert not {dead_temp.name, reused.name, old_foreign.name, dead_folder.name} & left
         assert reap_stale_temporaries(tmp_path) == []
         assert reap_stale_temporaries(tmp_path / "missing") == []
-    finally:
-        live.stdin.close()
-        live.wait(timeout=30)
-        if dead.poll() is None:
-            dead.kill()
-    assert reap_stale_temporaries(tmp_path) == [live_temp]  # its owner has exited now
+    assert reap_stale_temporaries(tmp_path) == [live.path]  # its owner has exited now
+
+
+def test_reap_depth_searches_subfolders_without_following_links(tmp_path):
+    (tmp_path / "videos" / "ditto").mkdir(parents=True)
+    deep = stale_temp(tmp_path / "videos" / "ditto", "clip.mp4")
+    outside = tmp_path.parent / f"{tmp_path.name}_elsewhere"
+    outside.mkdir()
+    behind_link = stale_temp(outside, "clip.mp4")
+    os.symlink(outside, tmp_path / "linked", target_is_directory=True)
+    assert reap_stale_temporaries(tmp_path, depth=1) == []
+    assert reap_stale_temporaries(tmp_path, depth=5) == [deep]
+    assert behind_link.exists()
 
 
 @pytest.mark.reliability(area=AREA, case="disk full (ENOSPC) or quota exceeded (EDQUOT) while writing a file, "

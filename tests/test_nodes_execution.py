@@ -148,7 +148,7 @@ def test_load_models_resolves_folder_device_precision(handle, comfy_base):
 
 def test_register_avatar_no_detector_and_cache(handle, portrait, source, comfy_base):
     assert len(source) == 1 and source.is_image and source.frames.shape == (1, 256, 256, 3)
-    cached = list((comfy_base / "user" / "ditto_avatar_cache").glob("*.safetensors"))
+    cached = list((comfy_base / "user" / "ditto_avatar_cache").glob("*/tensors.safetensors"))
     assert len(cached) == 1
     again = NODES["DittoRegisterAvatar"].execute(models=handle, image=portrait, **REGISTER)
     assert torch.equal(again[0].f_s, source.f_s)

@@ -1,16 +1,19 @@
 """AvatarCache: keys, round trip, damaged entries and atomic writes."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from ditto_core.registration import cache as cache_module
+from ditto_core import atomic_files
+from ditto_core.atomic_files import DiskFullError
 from ditto_core.registration.cache import AvatarCache, cache_key, tree_sha256
 
 FRAMES = np.random.default_rng(0).integers(0, 256, (1, 64, 48, 3), dtype=np.uint8)
@@ -50,7 +53,8 @@ def test_round_trip(stored):
     for name, value in _tensors().items():
         assert torch.equal(tensors[name], value) and tensors[name].dtype == value.dtype
     assert meta["is_image"] is True and meta["key"] == key and meta["shapes"]["f_s"] == [1, 32, 16, 8, 8]
-    assert sorted(p.name for p in cache.root.iterdir()) == [f"{key}.json", f"{key}.safetensors"]
+    assert [p.name for p in cache.root.iterdir()] == [key] and cache.keys() == [key]
+    assert sorted(p.name for p in cache.entry_dir(key).iterdir()) == ["entry.json", "tensors.safetensors"]
 
 
 def test_miss_is_silent(tmp_path):
@@ -106,27 +110,41 @@ def test_entry_from_another_version_is_a_silent_miss(stored):
         assert cache.load(key) is None
 
 
-@pytest.mark.reliability(area="Safety", case="avatar cache write interrupted (disk full) at either rename",
-                         behaviour="no visible entry and no temp files; the next load is a clean miss")
-@pytest.mark.parametrize("fail_on", [1, 2])  # 1: the tensor file's rename, 2: the metadata's rename
+@pytest.mark.reliability(area="Safety", case="avatar cache write interrupted (disk full) writing either file or "
+                                             "at the entry's rename",
+                         behaviour="DiskFullError naming the cache folder and the space the entry needs; no visible "
+                                   "entry and no temporary left; the next load is a clean miss")
+@pytest.mark.parametrize("fail_on", ["tensors.safetensors", "entry.json", "rename"])
 def test_interrupted_write_leaves_no_visible_entry(tmp_path, monkeypatch, fail_on):
     cache = AvatarCache(tmp_path)
     key = cache_key(FRAMES, SETTINGS, "m")
-    calls, real_replace = [], os.replace
+    real_write, real_rename = Path.write_bytes, os.rename
 
-    def flaky_replace(src, dst):
-        calls.append(dst)
-        if len(calls) == fail_on:
-            raise OSError(28, "No space left on device")
-        real_replace(src, dst)
+    def full_disk(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(cache_module.os, "replace", flaky_replace)
-    with pytest.raises(OSError):
+    if fail_on == "rename":
+        monkeypatch.setattr(atomic_files.os, "rename", lambda src, dst: full_disk() if Path(dst).name == key
+                            else real_rename(src, dst))
+    else:
+        monkeypatch.setattr(Path, "write_bytes", lambda path, data: full_disk() if path.name == fail_on
+                            else real_write(path, data))
+    with pytest.raises(DiskFullError) as caught:
         cache.store(key, _tensors(), {})
     monkeypatch.undo()
-    assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())  # no temp debris
-    assert not cache.paths(key)[1].exists()  # nothing committed
+    assert str(tmp_path) in str(caught.value) and caught.value.needed > 0
+    assert list(tmp_path.iterdir()) == []  # no entry, no temporary folder
+    assert cache.load(key) is None and cache.keys() == []
+
+
+def test_legacy_entry_files_are_replaced_by_the_folder(tmp_path):
+    cache = AvatarCache(tmp_path)
+    key = cache_key(FRAMES, SETTINGS, "m")
+    (tmp_path / f"{key}.safetensors").write_bytes(b"version 2")
+    (tmp_path / f"{key}.json").write_text("{}")
     assert cache.load(key) is None
+    cache.store(key, _tensors(), {})
+    assert [p.name for p in tmp_path.iterdir()] == [key]
 
 
 @pytest.mark.reliability(area="Safety", case="avatar cache key that is a path (../../etc/passwd)",

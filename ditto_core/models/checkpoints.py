@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 import torch
 from torch import Tensor, nn
 
-from ..atomic_files import atomic_write, file_sha256
+from ..atomic_files import atomic_write, file_sha256, folder_lock, reap_stale_temporaries
 from ..errors import CheckpointError, MissingModelError
 
 HF_REPO = "digital-avatar/ditto-talkinghead"
@@ -260,16 +260,24 @@ def convert_weights(src: Path | str, dst: Path | str) -> list[Path]:
 
     Each file is unwrapped and strictly validated against its network first, so a converted
     file is known to load. Writes are atomic (temp file + rename); a JSON sidecar lists what
-    was converted. Returns the written paths.
+    was converted. Conversions into one ``dst`` from several processes run one after the
+    other (:func:`~ditto_core.atomic_files.folder_lock`), so the sidecar always describes the
+    files beside it. Returns the written paths.
     """
-    from safetensors.torch import save_file
-
     src, dst = Path(src), Path(dst)
-    dst.mkdir(parents=True, exist_ok=True)
     found = {name: _find_pth(name, src) for name in NETWORKS}
     found = {name: path for name, path in found.items() if path is not None}
     if not found:
         raise MissingModelError(missing_files_message(NETWORKS, src))
+    dst.mkdir(parents=True, exist_ok=True)
+    with folder_lock(dst):
+        reap_stale_temporaries(dst)  # what a conversion killed outright left
+        return _convert_locked(found, dst)
+
+
+def _convert_locked(found: dict[str, Path], dst: Path) -> list[Path]:
+    from safetensors.torch import save_file
+
     written, index = [], {}
     for name, path in found.items():
         state = load_state(name, path)
@@ -278,7 +286,8 @@ def convert_weights(src: Path | str, dst: Path | str) -> list[Path]:
         tensors = {k: v.contiguous().clone() for k, v in state.items()}
         out = dst / f"{NETWORKS[name].stem}.safetensors"
         meta = {"ditto_network": name, "source_file": path.name, "format_version": FORMAT_VERSION}
-        atomic_write(out, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
+        size = sum(t.nbytes for t in tensors.values())  # the header adds a few KiB: checked at write time
+        atomic_write(out, lambda tmp: save_file(tensors, str(tmp), metadata=meta), needed=size)
         index[out.name] = {**meta, "sha256": file_sha256(out), "num_tensors": len(tensors)}
         written.append(out)
     atomic_write(dst / "ditto_models.json", lambda tmp: tmp.write_text(json.dumps(index, indent=2)))

@@ -1,6 +1,7 @@
 """The six Ditto networks as one loaded set, the object the pipeline and nodes pass around."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
+from ..atomic_files import folder_lock
 from ..errors import MissingModelError
 from .checkpoints import NETWORKS, build_network, file_identity, find_network_file, load_state, missing_files_message
 from .keypoints import NUM_KP
@@ -64,9 +66,12 @@ def load_ditto_models(
         raise MissingModelError(missing_files_message(missing, model_dir))
     blinks = _load_blink_table(model_dir)  # small: a bad config fails before the heavy loads
     modules = {}
-    for name, path in files.items():
-        module = build_network(name, load_state(name, path), path)
-        modules[name] = module.to(device=device, dtype=torch.float32 if name in ALWAYS_FP32 else dtype)
+    with contextlib.ExitStack() as locks:  # a weights conversion into these folders waits, and vice versa
+        for folder in sorted({path.parent for path in files.values()}):
+            locks.enter_context(folder_lock(folder, shared=True))
+        for name, path in files.items():
+            module = build_network(name, load_state(name, path), path)
+            modules[name] = module.to(device=device, dtype=torch.float32 if name in ALWAYS_FP32 else dtype)
     identity = hashlib.sha256("|".join(file_identity(files[n]) for n in NETWORKS).encode()).hexdigest()
     return DittoModels(**modules, device=device, dtype=dtype, files=files, identity=identity,
                        blink_table=None if blinks is None else blinks.to(device))

@@ -1,10 +1,15 @@
 """Content-addressed on-disk cache of registered avatars.
 
-An entry is ``<key>.safetensors`` (the tensors) plus ``<key>.json`` (format, version, key,
-shapes, dtypes, the SHA-256 of the tensor file and its SHA-256 tree hash). Both are written to
-temporary files and renamed into place, tensors first, so a reader never sees a half-written
-entry: the JSON is the commit record. Loading verifies the tree hash and every shape; a
-damaged entry is reported once with a warning, treated as a miss and overwritten by the caller.
+An entry is a folder ``<key>/`` holding ``tensors.safetensors`` (the tensors) and
+``entry.json`` (format, version, key, shapes, dtypes, the SHA-256 of the tensor file and its
+SHA-256 tree hash). Both files are written into a temporary folder that is renamed to
+``<key>`` once complete (:func:`~ditto_core.atomic_files.atomic_dir`), so several processes
+can share one cache (two ComfyUI instances, a ComfyUI and a CLI, batch workers): a reader
+sees a whole entry or none, never the tensors of one writer with the metadata of another,
+and a writer replacing an entry never disturbs one reading it (readers open both files
+through one handle on the folder). Loading verifies the tree hash and every shape; a
+damaged entry is reported once with a warning, treated as a miss and overwritten by the
+caller.
 
 Hashing is the main cost of a hit (a still's entry is 8 MiB, its frame 6 MiB), so both the
 key and the entry check use :func:`tree_sha256`: SHA-256 over 1 MiB leaves hashed on several
@@ -28,12 +33,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..atomic_files import atomic_write_bytes
+from ..atomic_files import atomic_dir, discard
 from ..models.keypoints import MotionInfo
 from .source_info import SourceInfo
 
 CACHE_FORMAT = "ditto-avatar"
-CACHE_VERSION = 2  # 2: entries hold the unsmoothed frame-0 keypoints ``sc``
+CACHE_VERSION = 3  # 2: entries hold the unsmoothed frame-0 keypoints ``sc``; 3: an entry is a folder
+TENSOR_FILE, META_FILE = "tensors.safetensors", "entry.json"
 _KEY = re.compile(r"^[0-9a-f]{64}$")
 _MOTION_PREFIX = "motion."
 _LEAF = 1 << 20
@@ -86,25 +92,38 @@ class AvatarCache:
 
     def paths(self, key: str) -> tuple[Path, Path]:
         """``(tensor file, metadata file)`` of entry ``key``."""
+        entry = self.entry_dir(key)
+        return entry / TENSOR_FILE, entry / META_FILE
+
+    def entry_dir(self, key: str) -> Path:
         if not _KEY.match(key):  # keys become file names: never let one escape the root
             raise ValueError(f"invalid avatar cache key {key!r}; expected 64 hex digits")
-        return self.root / f"{key}.safetensors", self.root / f"{key}.json"
+        return self.root / key
+
+    def keys(self) -> list[str]:
+        """Keys of the entries present (complete, though not yet verified), sorted."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if _KEY.match(p.name) and (p / META_FILE).is_file())
 
     def load(self, key: str, device: torch.device | str = "cpu") -> Optional[tuple[dict[str, Tensor], dict]]:
         """``(tensors on device, metadata)`` of a valid entry; None on a miss or a damaged entry."""
         from safetensors import SafetensorError
         from safetensors.torch import load as load_bytes
 
-        tensor_path, meta_path = self.paths(key)
-        if not meta_path.is_file():
-            return None  # absent, or a writer died before committing it
         try:
-            meta = json.loads(meta_path.read_text())
+            files = _read_entry(self.entry_dir(key))
+        except FileNotFoundError:
+            return None  # absent, or replaced by another process while we opened it
+        try:
+            if files is None:
+                raise _Damaged("it is not a folder holding both of its files")
+            meta = json.loads(files[META_FILE])
             if not isinstance(meta, dict) or meta.get("format") != CACHE_FORMAT or meta.get("key") != key:
                 raise _Damaged("its metadata does not describe this entry")
             if meta.get("version") != CACHE_VERSION:
                 return None  # written by another version of the pack: silently replaced
-            data = tensor_path.read_bytes()
+            data = files[TENSOR_FILE]
             if len(data) != meta["size"] or tree_sha256(data) != meta["tree_sha256"]:
                 raise _Damaged("the tensor file does not match its recorded hash (truncated or modified)")
             tensors = load_bytes(data)
@@ -122,10 +141,14 @@ class AvatarCache:
         return {name: t.to(device) for name, t in tensors.items()}, meta
 
     def store(self, key: str, tensors: Mapping[str, Tensor], metadata: Mapping[str, Any]) -> None:
-        """Write entry ``key`` atomically (replacing any existing one); raises OSError on I/O failure."""
+        """Write entry ``key`` atomically, replacing any existing one.
+
+        Raises OSError on I/O failure (:class:`~ditto_core.atomic_files.DiskFullError`, naming
+        the folder and the space needed, when the disk is full); nothing is left half-written.
+        """
         from safetensors.torch import save as save_bytes
 
-        tensor_path, meta_path = self.paths(key)
+        entry = self.entry_dir(key)
         data = save_bytes({name: t.detach().to("cpu").contiguous() for name, t in tensors.items()})
         meta = {
             **metadata,
@@ -138,9 +161,48 @@ class AvatarCache:
             "shapes": {name: list(t.shape) for name, t in tensors.items()},
             "dtypes": {name: str(t.dtype).removeprefix("torch.") for name, t in tensors.items()},
         }
-        self.root.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(tensor_path, data)
-        atomic_write_bytes(meta_path, json.dumps(meta, indent=1, sort_keys=True).encode())
+        meta_bytes = json.dumps(meta, indent=1, sort_keys=True).encode()
+        with atomic_dir(entry, replace=True, needed=len(data) + len(meta_bytes)) as folder:
+            (folder / TENSOR_FILE).write_bytes(data)
+            (folder / META_FILE).write_bytes(meta_bytes)
+        for legacy in (self.root / f"{key}.safetensors", self.root / f"{key}.json"):  # version 2's layout
+            discard(legacy)
+
+
+def _read_entry(entry: Path) -> Optional[dict[str, bytes]]:
+    """Both files of an entry folder, read through one handle on it, so a writer renaming a
+    new entry over it meanwhile cannot mix the two; None if ``entry`` is not such a folder.
+    Raises FileNotFoundError if the entry is absent or was removed while being read."""
+    if os.open not in os.supports_dir_fd:  # Windows: read by path (folders are not replaced there while open)
+        if entry.exists() and not entry.is_dir():
+            return None
+        return {name: (entry / name).read_bytes() for name in (META_FILE, TENSOR_FILE)}
+    try:
+        folder = os.open(entry, os.O_RDONLY | os.O_DIRECTORY)
+    except NotADirectoryError:
+        return None
+    try:
+        files = {}
+        for name in (META_FILE, TENSOR_FILE):
+            try:
+                with open(name, "rb", opener=lambda path, flags: os.open(path, flags, dir_fd=folder)) as f:
+                    files[name] = f.read()
+            except FileNotFoundError:
+                if not _same_file(folder, entry):  # a writer replaced the entry and removed this one
+                    raise
+                return None
+        return files
+    finally:
+        os.close(folder)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names what ``fd`` has open."""
+    try:
+        here, there = os.fstat(fd), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def source_to_tensors(source: SourceInfo) -> dict[str, Tensor]:

@@ -9,6 +9,7 @@ models_dir = os.path.join(base_path, "models")
 folder_names_and_paths: dict[str, tuple[list[str], set[str]]] = {}
 _output_directory = os.path.join(base_path, "output")
 _user_directory = os.path.join(base_path, "user")
+_temp_directory = os.path.join(base_path, "temp")
 
 
 def set_output_directory(path: str) -> None:
@@ -18,6 +19,15 @@ def set_output_directory(path: str) -> None:
 
 def get_output_directory() -> str:
     return _output_directory
+
+
+def set_temp_directory(path: str) -> None:
+    global _temp_directory
+    _temp_directory = path
+
+
+def get_temp_directory() -> str:
+    return _temp_directory
 
 
 def set_user_directory(path: str) -> None:
