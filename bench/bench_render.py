@@ -262,8 +262,8 @@ def first_encode_clock(writer: VideoWriter) -> list[float]:
     stamps: list[float] = []
     encode = getattr(writer, "_encode_chunk", None)
     if encode is not None:
-        def timed(frames: np.ndarray) -> None:
-            encode(frames)
+        def timed(encoder: object, chunk: object) -> None:
+            encode(encoder, chunk)
             if not stamps:
                 stamps.append(time.perf_counter())
 
@@ -306,7 +306,7 @@ def run_ours(engine: WarpDecodeEngine, scene: Scene, settings: Settings, path: P
             start = time.perf_counter()
             handed = []  # when each batch had been handed to the writer: where a stall sits
             with VideoWriter(path, width=settings.width, height=settings.height, fps=FPS, crf=settings.crf,
-                             preset=settings.preset) as writer:
+                             preset=settings.preset, expected_frames=frames) as writer:
                 stamps = first_encode_clock(writer)
                 for first, renders in engine.iter_render(scene.source, motion):
                     writer.write(paste(first, renders))

@@ -158,8 +158,10 @@ def _add_render(sub: argparse._SubParsersAction) -> None:
                    help="frames per warp+decode batch (default: 0, chosen from free VRAM)")
     p.add_argument("--crf", type=_int_in(0, MAX_CRF), default=18,
                    help=f"x264 quality, 0 (lossless) to {MAX_CRF}: lower is better and larger (default: 18)")
-    p.add_argument("--preset", choices=X264_PRESETS, default="medium",
-                   help="x264 speed preset; slower presets make smaller files (default: medium)")
+    p.add_argument("--preset", choices=X264_PRESETS, default=None,
+                   help="x264 speed preset; slower presets make smaller files (default: chosen from the CPU count)")
+    p.add_argument("--encoders", type=_int_in(1), default=None,
+                   help="x264 instances encoding segments of the clip in parallel (default: one per 4 CPU cores)")
     p.add_argument("--max-seconds", type=_positive_seconds, default=None,
                    help="render only the first N seconds of speech (default: all of it)")
     p.add_argument("--cache-dir", type=Path, default=None, help="avatar cache folder (default: <--models>/cache)")
@@ -217,7 +219,7 @@ def render_cli(args: argparse.Namespace, stream: TextIO = sys.stderr) -> Path:
                                       and engine.warmup == "foreground")
         out = pipeline.run(args.image, args.audio, args.out, registration, motion_options, crf=args.crf,
                            preset=args.preset, max_seconds=args.max_seconds, progress=progress,
-                           status=progress.status)
+                           status=progress.status, encoders=args.encoders)
     for stage, seconds in pipeline.times.seconds.items():
         print(f"{stage:>15}: {seconds:7.2f} s")
     return out

@@ -218,15 +218,15 @@ class DittoPipeline:
 
     def render_video(
         self, source: SourceInfo, motion: MotionSequence, out_path: Path | str,
-        audio: Optional[tuple[Tensor, int]] = None, crf: int = 18, preset: str = "medium",
-        progress: Optional[ProgressCallback] = None,
+        audio: Optional[tuple[Tensor, int]] = None, crf: int = 18, preset: Optional[str] = None,
+        progress: Optional[ProgressCallback] = None, encoders: Optional[int] = None,
     ) -> Path:
         """Warp+decode, paste back and encode, batch by batch; the MP4 appears only on success."""
         start = time.perf_counter()
         height, width = source.frames.shape[1:3]
         engine = self.engine()
         with VideoWriter(out_path, width=width, height=height, fps=motion.fps, crf=crf, preset=preset,
-                         audio=audio) as writer:
+                         audio=audio, encoders=encoders, expected_frames=len(motion)) as writer:
             for first, renders in engine.iter_render(source, motion, progress):
                 index = motion.source_index[first:first + renders.shape[0]]
                 writer.write(paste_back(source.frames, renders, source.M_c2o, source_index=index))
@@ -241,8 +241,9 @@ class DittoPipeline:
     def run(
         self, source_path: Path | str, audio_path: Path | str, out_path: Path | str,
         registration: Optional[RegistrationOptions] = None, motion_options: Optional[MotionOptions] = None,
-        crf: int = 18, preset: str = "medium", max_seconds: Optional[float] = None,
+        crf: int = 18, preset: Optional[str] = None, max_seconds: Optional[float] = None,
         progress: Optional[ProgressCallback] = None, status: Optional[Callable[[str], None]] = None,
+        encoders: Optional[int] = None,
     ) -> Path:
         """Every stage at once. ``progress`` follows the render frame by frame; ``status`` is told
         each stage's name as it starts (the CLI prints them)."""
@@ -263,4 +264,4 @@ class DittoPipeline:
         del features  # (frames, 1024) on the device: the render's memory must not grow with the clip
         announce("rendering")
         return self.render_video(source, motion, out_path, audio=(waveform, rate), crf=crf, preset=preset,
-                                 progress=progress)
+                                 progress=progress, encoders=encoders)

@@ -157,3 +157,40 @@ def test_concurrent_conversions_into_one_folder_stay_consistent(tmp_path):
     assert sorted(p.name for p in dst.iterdir()) == ["ditto_models.json", "stitch_network.safetensors"]
     assert index["stitch_network.safetensors"]["sha256"] == file_sha256(dst / "stitch_network.safetensors")
     assert load_network("stitch_network", dst) is not None
+
+
+def _compile_and_count(cache_dir: str) -> tuple[list[float], int]:
+    """Compile a small function with Inductor (CPU, C++) through the pack's compile cache folder;
+    return its result and how many FX-graph cache hits the compile had."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from ditto_core.render.warp_decode import use_compile_cache
+
+    use_compile_cache(Path(cache_dir))
+
+    def f(x):
+        return torch.sin(x) * 2 + x.cos().sum()
+
+    out = torch.compile(f)(torch.arange(8, dtype=torch.float32))
+    return out.tolist(), counters["inductor"]["fxgraph_cache_hit"]
+
+
+@pytest.mark.slow
+@pytest.mark.reliability(area=AREA, case="processes compiling into one compile cache folder at once (Inductor's "
+                                          "FX-graph and kernel caches, CPU)",
+                         behaviour="both compile and agree; a later process loads the graph from the shared folder "
+                                   "(a cache hit) with the same result: no entry corrupted")
+def test_processes_sharing_the_compile_cache_folder(tmp_path):
+    import torch
+
+    cache = tmp_path / "inductor"
+    with _spawn_pool() as pool:
+        first = pool.map(_compile_and_count, [str(cache)] * 2)
+    with _spawn_pool() as pool:
+        later = pool.apply(_compile_and_count, (str(cache),))
+    x = torch.arange(8, dtype=torch.float32)
+    expected = (torch.sin(x) * 2 + x.cos().sum()).tolist()
+    for result, _ in (*first, later):
+        assert result == pytest.approx(expected, rel=1e-6)
+    assert later[1] >= 1, "the shared compile cache was not used"
