@@ -51,9 +51,8 @@ def _anonymise(path, out):
 
 def _optimised(path, out):
     """onnxscript's optimiser (constant folding, op fusion) applied to an export."""
-    import onnxscript.optimizer
-
-    onnx.save(onnxscript.optimizer.optimize(onnx.load(str(path))), str(out))
+    optimizer = pytest.importorskip("onnxscript.optimizer")
+    onnx.save(optimizer.optimize(onnx.load(str(path))), str(out))
     return out
 
 
@@ -262,8 +261,8 @@ def test_torch_backend_matches_onnxruntime(wide_path):
 
 
 def test_batched_windows_equal_window_by_window(wide_path):
-    speech = _speech(2.1, seed=2)
-    batched = HubertFeatureExtractor(wide_path, backend="torch", max_batch_windows=16)(speech).features
+    speech = _speech(1.3, seed=2)  # 7 windows: a full group of 4 and a partial one
+    batched = HubertFeatureExtractor(wide_path, backend="torch", max_batch_windows=4)(speech).features
     single = HubertFeatureExtractor(wide_path, backend="torch", max_batch_windows=1)(speech).features
     assert rel_l2(batched, single) < 1e-6
 
@@ -290,11 +289,12 @@ def test_unmappable_file_falls_back_to_onnxruntime(tmp_path, monkeypatch, caplog
     with pytest.raises(CheckpointError, match="no linear layers"):
         HubertFeatureExtractor(stub, backend="torch")
     monkeypatch.setattr(hubert_module, "AUTO_BACKEND_ON_CPU", "torch")
-    with caplog.at_level(logging.WARNING, logger="ditto_core.audio"):
+    with caplog.at_level(logging.INFO, logger="ditto_core.audio"):
         first = HubertFeatureExtractor(stub)
         second = HubertFeatureExtractor(stub)
     assert first.backend == second.backend == "onnxruntime" and first.model is None
-    assert sum("runs on onnxruntime" in r.message and "stub.onnx" in r.message for r in caplog.records) == 1
+    fallbacks = [r for r in caplog.records if "runs on onnxruntime" in r.message and "stub.onnx" in r.message]
+    assert len(fallbacks) == 1 and fallbacks[0].levelno == logging.INFO  # said once, quietly
     assert first(_speech(0.5)).features.shape == (13, 1024)
 
 
@@ -325,22 +325,6 @@ def test_dropping_the_extractor_frees_the_weights(wide_path):
     del extractor
     gc.collect()
     assert weights() is None
-
-
-# ------------------------------------------------------------------------------ real size
-
-
-@pytest.mark.slow
-def test_hubert_large_export_maps(tmp_path):
-    """The real size: 24 layers, 1024 wide, 315 M parameters (about 40 s on two cores)."""
-    config = HubertConfig()
-    path = export_hubert_onnx(random_hubert(config, seed=0), tmp_path / "large.onnx")
-    got_config, state = read_hubert_onnx(path)
-    assert got_config == HubertConfig(layer_norm_eps=got_config.layer_norm_eps)
-    assert sum(t.numel() for t in state.values()) == 315_437_568
-    model = load_hubert_onnx(path)
-    windows = _windows(1)
-    assert rel_l2(model(windows), _onnxruntime_rows(path, windows)) < 1e-4
 
 
 # ------------------------------------------------------------------------------ GPU

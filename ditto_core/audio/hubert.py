@@ -16,9 +16,11 @@ features are moved to the requested device once at the end.
 The PyTorch backend instead reads the graph's weights into our own :class:`~ditto_core.models.
 hubert.Hubert` (:mod:`ditto_core.models.hubert_onnx_weights`, no onnxruntime involved) and
 encodes all windows of a clip in batched forwards of at most ``max_batch_windows`` windows, so
-memory stays bounded however long the clip. ``backend="auto"`` picks it on CUDA whenever the
-file maps onto the module (else onnxruntime, said once per file) and onnxruntime on the CPU,
-where onnxruntime measured faster (docs/HUBERT.md has the numbers).
+memory stays bounded however long the clip. ``backend="auto"`` picks it whenever the file maps
+onto the module -- on the CPU too, where the batched module measured faster than onnxruntime
+for HuBERT-large (docs/HUBERT.md has the numbers) -- and onnxruntime otherwise (logged once per
+file at INFO level: the result is the same, only slower; the smoke mode's stand-in model is
+not a HuBERT and takes that path on purpose).
 """
 from __future__ import annotations
 
@@ -56,8 +58,9 @@ Runner = Callable[[Tensor], Tensor]
 
 BACKENDS = ("auto", "torch", "onnxruntime")
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-# Measured (docs/HUBERT.md): on the CPU onnxruntime beats our module, so "auto" keeps it there.
-AUTO_BACKEND_ON_CPU = "onnxruntime"
+# Measured (docs/HUBERT.md): batched windows in PyTorch beat onnxruntime's one window per call
+# on the CPU for full-width HuBERTs (onnxruntime wins only for toy sizes).
+AUTO_BACKEND_ON_CPU = "torch"
 # fp16 stays within the error docs/HUBERT.md states; the LMDM was trained on fp32 features
 # but its own inputs go through fp16 networks anyway.
 DEFAULT_CUDA_PRECISION = "fp16"
@@ -124,14 +127,25 @@ def _with_batch_axis(rows: Tensor) -> Tensor:
 
 
 class _TorchRunner:
-    """Our :class:`~ditto_core.models.hubert.Hubert` on a batch of windows; rows in float32."""
+    """Our :class:`~ditto_core.models.hubert.Hubert` on a batch of windows; rows in float32.
+
+    In fp32 the products run without TF32 (cuDNN would otherwise use it for the convolutions
+    by default), so the rows match onnxruntime's fp32 ones; the process-wide flags are put back.
+    """
 
     def __init__(self, model) -> None:
         self.model = model
 
     @torch.inference_mode()
     def __call__(self, windows: Tensor) -> Tensor:
-        return self.model(windows).float()
+        if next(self.model.parameters()).dtype != torch.float32:
+            return self.model(windows).float()
+        matmul, conv = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        try:
+            return self.model(windows)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, conv
 
 
 def _open_session(path: Path, stream: Optional[torch.cuda.Stream]):
@@ -178,7 +192,7 @@ class HubertFeatureExtractor:
             with its CUDA provider, ``onnxruntime-gpu``; else on the CPU).
         window: streaming window layout; the default is the one the LMDM was trained with.
         backend: ``"torch"`` (our module, weights read from the file), ``"onnxruntime"``, or
-            ``"auto"``: PyTorch on CUDA when the file maps onto the module, onnxruntime otherwise.
+            ``"auto"``: PyTorch when the file maps onto the module, onnxruntime otherwise.
         precision: the PyTorch backend's dtype, ``"fp32"``, ``"fp16"`` or ``"bf16"``; None:
             fp16 on CUDA, fp32 on the CPU. onnxruntime always computes in fp32.
         max_batch_windows: windows per batched forward of the PyTorch backend (memory bound);
@@ -228,7 +242,7 @@ class HubertFeatureExtractor:
                     raise
                 if str(path.resolve()) not in _FALLBACK_ANNOUNCED:
                     _FALLBACK_ANNOUNCED.add(str(path.resolve()))
-                    logger.warning("HuBERT runs on onnxruntime: %s", err)
+                    logger.info("HuBERT runs on onnxruntime: %s", err)
         self._init_onnxruntime(path)
 
     def _init_torch(self, path: Path, precision: Optional[str], max_batch_windows: Optional[int]) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
@@ -137,8 +138,8 @@ class _FoldedGraph:
         """The outputs of ``node`` if they do not depend on the speech, else None."""
         from onnx import helper, numpy_helper
 
-        if node.op_type == "Constant":
-            return [numpy_helper.to_array(node.attribute[0].t)] if node.attribute[0].name == "value" else None
+        if node.op_type == "Constant" and node.attribute[0].name == "value":
+            return [numpy_helper.to_array(node.attribute[0].t)]
         if node.op_type in ("Shape", "Size") and node.input[0] in self.shapes:
             shape = np.array(self.shapes[node.input[0]], dtype=np.int64)
             if node.op_type == "Size":
@@ -146,7 +147,7 @@ class _FoldedGraph:
             attrs = {a.name: a.i for a in node.attribute}
             return [shape[attrs.get("start", 0) : attrs.get("end", len(shape))]]
         inputs = [name for name in node.input if name]
-        if not inputs or any(name not in self.consts for name in inputs):
+        if (not inputs and node.op_type != "Constant") or any(name not in self.consts for name in inputs):
             return None
         from onnx import TypeProto
         from onnx.reference import ReferenceEvaluator
@@ -284,7 +285,9 @@ def _as_linear(g: _FoldedGraph, node) -> Optional[_Layer]:
         output, uses = node.output[0], set(node.input[1:])
     else:
         return None
-    params = {"weight": np.ascontiguousarray(weight), **({"bias": bias} if bias is not None else {})}
+    # The weight stays a transposed view: transposing 300 M values in numpy takes many seconds, and
+    # matrix products read either layout at the same speed.
+    params = {"weight": weight, **({"bias": bias} if bias is not None else {})}
     return _Layer("linear", g.source(node.input[0]), output, params, 0, uses=uses)
 
 
@@ -621,11 +624,13 @@ def read_hubert_onnx(path: Union[str, os.PathLike]) -> tuple[HubertConfig, dict[
     except _Unmappable as err:
         raise CheckpointError(f"{str(path)!r} cannot be read as a HuBERT: {err}") from None
     del folded
-    # Arrays read from the file are read-only views of its bytes: each is copied into a tensor
-    # of its own and dropped at once, so the file's data is held about once, not twice.
-    state = {}
-    for key in list(arrays):
-        state[key] = torch.from_numpy(np.array(arrays.pop(key), dtype=np.float32))
+    # Arrays read from the file are read-only views of its bytes. Copying 1.26 GB would cost
+    # seconds; the module only ever reads its weights (and moving it to a GPU or another dtype
+    # copies them anyway), so the tensors share the arrays' memory.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        state = {key: torch.from_numpy(value if value.dtype == np.float32 else value.astype(np.float32))
+                 for key, value in arrays.items()}
     return config, state
 
 
