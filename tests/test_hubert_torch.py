@@ -318,6 +318,16 @@ def test_bf16_on_the_cpu_is_close(wide_path):
     assert 0 < rel_l2(bf16, fp32) < 3e-2
 
 
+def test_fp16_overflow_switches_to_fp32(wide_path, caplog):
+    extractor = HubertFeatureExtractor(wide_path, backend="torch", precision="fp16")
+    with torch.no_grad():  # activations beyond fp16's range (65504) in the feed-forward
+        extractor.model.encoder.layers[0].feed_forward.fc1.weight.mul_(1e5)
+    with caplog.at_level(logging.WARNING, logger="ditto_core.audio"):
+        got = extractor(_speech(0.5)).features
+    assert "overflowed in fp16" in caplog.text
+    assert extractor.precision == "fp32" and bool(torch.isfinite(got).all())
+
+
 def test_dropping_the_extractor_frees_the_weights(wide_path):
     extractor = HubertFeatureExtractor(wide_path, backend="torch")
     extractor(_speech(0.5))

@@ -61,12 +61,12 @@ PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat
 # Measured (docs/HUBERT.md): batched windows in PyTorch beat onnxruntime's one window per call
 # on the CPU for full-width HuBERTs (onnxruntime wins only for toy sizes).
 AUTO_BACKEND_ON_CPU = "torch"
-# fp16 stays within the error docs/HUBERT.md states; the LMDM was trained on fp32 features
-# but its own inputs go through fp16 networks anyway.
+# fp16 features are within 2e-3 rel-L2 of fp32 ones (docs/HUBERT.md; bf16: 1.5e-2), the error
+# the half-precision render networks already make; layer norms and softmax run in fp32.
 DEFAULT_CUDA_PRECISION = "fp16"
-# Windows per batched forward: bounds activation memory (about 6 MB a window for HuBERT-large
-# in fp16 on the GPU) whatever the clip length.
-DEFAULT_MAX_BATCH_WINDOWS = {"cuda": 256, "cpu": 16}
+# Windows per batched forward: bounds activation memory whatever the clip length (HuBERT-large
+# peaks at the first conv layer, roughly 8 MB a window in fp16, twice that in fp32).
+DEFAULT_MAX_BATCH_WINDOWS = {"cuda": 128, "cpu": 16}
 _FALLBACK_ANNOUNCED: set[str] = set()  # files whose onnxruntime fallback was logged already
 
 
@@ -131,15 +131,30 @@ class _TorchRunner:
 
     In fp32 the products run without TF32 (cuDNN would otherwise use it for the convolutions
     by default), so the rows match onnxruntime's fp32 ones; the process-wide flags are put back.
+    In fp16 a batch whose rows overflow (a weight set whose activations exceed fp16's range)
+    switches the module to fp32 for good, with a warning, and is computed again.
     """
 
     def __init__(self, model) -> None:
         self.model = model
 
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
     @torch.inference_mode()
     def __call__(self, windows: Tensor) -> Tensor:
-        if next(self.model.parameters()).dtype != torch.float32:
-            return self.model(windows).float()
+        if self.dtype == torch.float32:
+            return self._fp32(windows)
+        rows = self.model(windows).float()
+        if self.dtype == torch.float16 and not bool(torch.isfinite(rows).all()):
+            logger.warning("HuBERT overflowed in fp16 on this speech; it runs in fp32 from now on "
+                           "(precision='fp32' avoids the retry).")
+            self.model.float()
+            return self._fp32(windows)
+        return rows
+
+    def _fp32(self, windows: Tensor) -> Tensor:
         matmul, conv = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
         try:
@@ -196,7 +211,7 @@ class HubertFeatureExtractor:
         precision: the PyTorch backend's dtype, ``"fp32"``, ``"fp16"`` or ``"bf16"``; None:
             fp16 on CUDA, fp32 on the CPU. onnxruntime always computes in fp32.
         max_batch_windows: windows per batched forward of the PyTorch backend (memory bound);
-            None: 256 on CUDA, 16 on the CPU.
+            None: 128 on CUDA, 16 on the CPU.
     """
 
     def __init__(
@@ -227,7 +242,6 @@ class HubertFeatureExtractor:
             self.device = torch.device("cuda", index)
         self.window = window
         self.max_batch_windows = 1
-        self.precision = "fp32"
         if backend == "auto":
             backend = "torch" if self.device.type == "cuda" else AUTO_BACKEND_ON_CPU
             explicit = False
@@ -248,8 +262,8 @@ class HubertFeatureExtractor:
     def _init_torch(self, path: Path, precision: Optional[str], max_batch_windows: Optional[int]) -> None:
         from ..models.hubert_onnx_weights import load_hubert_onnx
 
-        self.precision = precision or (DEFAULT_CUDA_PRECISION if self.device.type == "cuda" else "fp32")
-        model = load_hubert_onnx(path, self.device, PRECISIONS[self.precision])
+        precision = precision or (DEFAULT_CUDA_PRECISION if self.device.type == "cuda" else "fp32")
+        model = load_hubert_onnx(path, self.device, PRECISIONS[precision])
         if model.config.hidden_size != HUBERT_DIM:
             raise CheckpointError(f"{str(path)!r} is a HuBERT {model.config.hidden_size} wide; Ditto's is "
                                   f"{HUBERT_DIM} wide. {_DOWNLOAD_HINT}.")
@@ -284,6 +298,13 @@ class HubertFeatureExtractor:
     def model(self):
         """The PyTorch module of the torch backend (None on onnxruntime)."""
         return getattr(self._runner, "model", None)
+
+    @property
+    def precision(self) -> str:
+        """The dtype HuBERT computes in: the torch module's, ``"fp32"`` on onnxruntime."""
+        if self.model is None:
+            return "fp32"
+        return next(name for name, dtype in PRECISIONS.items() if dtype == self._runner.dtype)
 
     @classmethod
     def from_model_dir(
