@@ -16,12 +16,13 @@ import onnxruntime as ort
 import pytest
 import torch
 from onnx import helper, numpy_helper
+from torch import Tensor
 
 from ditto_core.audio import HubertFeatureExtractor
 from ditto_core.audio import hubert as hubert_module
 from ditto_core.audio.hubert_stub import write_stub_hubert
 from ditto_core.errors import CheckpointError, InputError
-from ditto_core.models.hubert import HubertConfig
+from ditto_core.models.hubert import HubertConfig, SelfAttention
 from ditto_core.models.hubert_onnx_export import export_hubert_onnx, random_hubert
 from ditto_core.models.hubert_onnx_weights import load_hubert_onnx, read_hubert_onnx
 from tests.parity import rel_l2
@@ -94,24 +95,50 @@ def _as_gemm(path, out):
     return out
 
 
+class _EagerAttention(SelfAttention):
+    """Attention written out as transformers' HuBERT writes it (the likely source of the official
+    export): the query pre-scaled, heads folded into the batch axis, two batched products."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        batch, time, width = x.shape
+        heads, size = self.num_heads, width // self.num_heads
+
+        def fold(t: Tensor) -> Tensor:
+            return t.view(batch, time, heads, size).transpose(1, 2).reshape(batch * heads, time, size)
+
+        q, k, v = fold(self.q_proj(x) * size ** -0.5), fold(self.k_proj(x)), fold(self.v_proj(x))
+        probs = torch.softmax(torch.bmm(q, k.transpose(1, 2)), dim=-1)
+        context = torch.bmm(probs, v).view(batch, heads, time, size).transpose(1, 2).reshape(batch, time, width)
+        return self.out_proj(context)
+
+
+def _eager(model):
+    for layer in model.encoder.layers:
+        layer.attention.__class__ = _EagerAttention
+    return model
+
+
 VARIANTS = {
-    # name: (config, export options, post-processing)
-    "torchscript": (SMALL, {}, None),
-    "torchscript_unfolded": (SMALL, {"constant_folding": False}, None),
-    "torchscript_fixed_length": (SMALL, {"num_samples": WINDOW}, None),
-    "torchscript_opset14": (SMALL, {"opset": 14}, None),  # layer norms as elementary ops
-    "torchscript_no_weight_norm": (SMALL, {"weight_norm": False}, None),
-    "anonymous": (SMALL, {}, _anonymise),
-    "anonymous_unfolded_fixed": (SMALL, {"constant_folding": False, "num_samples": WINDOW}, _anonymise),
-    "onnxscript_optimised": (SMALL, {"constant_folding": False}, _optimised),
-    "gemm": (SMALL, {"num_samples": WINDOW}, _as_gemm),
-    "base_layout": (SMALL_BASE, {}, None),
-    "base_layout_opset14_fixed": (SMALL_BASE, {"opset": 14, "num_samples": WINDOW}, None),
+    # name: (config, export options, module rewrite before export, file post-processing)
+    "torchscript": (SMALL, {}, None, None),
+    "torchscript_unfolded": (SMALL, {"constant_folding": False}, None, None),
+    "torchscript_fixed_length": (SMALL, {"num_samples": WINDOW}, None, None),
+    "torchscript_opset14": (SMALL, {"opset": 14}, None, None),  # layer norms as elementary ops
+    "torchscript_no_weight_norm": (SMALL, {"weight_norm": False}, None, None),
+    "transformers_attention_opset11": (SMALL, {"opset": 11}, _eager, None),
+    "transformers_attention_unfolded_fixed": (SMALL, {"constant_folding": False, "num_samples": WINDOW}, _eager,
+                                              None),
+    "anonymous": (SMALL, {}, None, _anonymise),
+    "anonymous_unfolded_fixed": (SMALL, {"constant_folding": False, "num_samples": WINDOW}, None, _anonymise),
+    "onnxscript_optimised": (SMALL, {"constant_folding": False}, None, _optimised),
+    "gemm": (SMALL, {"num_samples": WINDOW}, None, _as_gemm),
+    "base_layout": (SMALL_BASE, {}, None, None),
+    "base_layout_opset14_fixed": (SMALL_BASE, {"opset": 14, "num_samples": WINDOW}, None, None),
 }
 # The dynamo exporter takes 10-30 s per small graph on two cores.
 DYNAMO_VARIANTS = {
-    "dynamo": (SMALL, {"dynamo": True, "opset": 18}, None),
-    "dynamo_fixed_length": (SMALL, {"dynamo": True, "opset": 18, "num_samples": WINDOW}, None),
+    "dynamo": (SMALL, {"dynamo": True, "opset": 18}, None, None),
+    "dynamo_fixed_length": (SMALL, {"dynamo": True, "opset": 18, "num_samples": WINDOW}, None, None),
 }
 
 
@@ -123,8 +150,9 @@ def export_dir(tmp_path_factory):
 def _export(export_dir, name, variants):
     path = export_dir / f"{name}.onnx"
     if not path.exists():
-        config, options, post = variants[name]
-        raw = export_hubert_onnx(random_hubert(config, seed=3), export_dir / f"{name}.raw.onnx", **options)
+        config, options, rewrite, post = variants[name]
+        model = random_hubert(config, seed=3)
+        raw = export_hubert_onnx(rewrite(model) if rewrite else model, export_dir / f"{name}.raw.onnx", **options)
         if post is None:
             raw.rename(path)
         else:

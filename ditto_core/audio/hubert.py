@@ -330,8 +330,8 @@ class HubertFeatureExtractor:
             audio_16k: float ``(samples,)`` in [-1, 1], at least 0.2 s, any device
                 (:func:`~ditto_core.audio.to_mono_16k` makes one from any waveform).
             sample_rate: the rate of ``audio_16k``; anything but 16000 is refused.
-            progress: called ``(windows_done, windows_total)`` after each window; may raise
-                to cancel.
+            progress: called ``(windows_done, windows_total)`` after each window
+                (onnxruntime) or batch of windows (PyTorch); may raise to cancel.
 
         Returns:
             :class:`AudioFeatures` whose ``features`` are float32 ``(num_frames, 1024)`` on
