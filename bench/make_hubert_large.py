@@ -12,6 +12,7 @@ export is. Written once: when ``FILE`` exists and its digest matches the record 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -31,8 +32,8 @@ def _record_path(out: Path) -> Path:
     return out.with_name(out.name + ".json")
 
 
-def _recipe(seed: int, fixed_length: bool) -> dict:
-    return {"architecture": "hubert-large", "config": HubertConfig().__dict__, "seed": seed,
+def _recipe(config: HubertConfig, seed: int, fixed_length: bool) -> dict:
+    return {"config": dataclasses.asdict(config), "seed": seed,
             "input_samples": WINDOW_SAMPLES if fixed_length else "dynamic", "exporter": "torchscript, folded"}
 
 
@@ -48,13 +49,17 @@ def is_current(out: Path, recipe: dict) -> bool:
     return json.loads(json.dumps(recipe)) == record.get("recipe") and record.get("sha256") == file_sha256(out)
 
 
-def make_hubert_large(out: Path = DEFAULT_OUT, seed: int = 0, fixed_length: bool = False) -> Path:
-    """Write (or keep) the HuBERT-large ONNX file at ``out`` and return its path."""
-    recipe = _recipe(seed, fixed_length)
+def make_hubert_large(out: Path = DEFAULT_OUT, seed: int = 0, fixed_length: bool = False,
+                      config: HubertConfig = HubertConfig()) -> Path:
+    """Write (or keep) the HuBERT ONNX file at ``out`` and return its path.
+
+    ``config``: HuBERT-large unless a test asks for a small one.
+    """
+    recipe = _recipe(config, seed, fixed_length)
     if is_current(out, recipe):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    model = random_hubert(HubertConfig(), seed)
+    model = random_hubert(config, seed)
     atomic_write(out, lambda tmp: export_hubert_onnx(model, tmp, num_samples=WINDOW_SAMPLES if fixed_length else None))
     record = {"recipe": recipe, "sha256": file_sha256(out), "bytes": out.stat().st_size}
     atomic_write_bytes(_record_path(out), (json.dumps(record, indent=2) + "\n").encode())

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import gc
 import logging
+import sys
 import weakref
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -363,6 +365,40 @@ def test_dropping_the_extractor_frees_the_weights(wide_path):
     del extractor
     gc.collect()
     assert weights() is None
+
+
+# ------------------------------------------------------------------------------ full width, benchmark file
+
+
+@pytest.mark.slow
+def test_full_width_layers_map(tmp_path):
+    """Two layers of HuBERT-large's exact shapes (512-channel convs, 1024 wide, 16 heads, FFN 4096,
+    positional conv 128 x 16 groups), through the extractor on both backends."""
+    config = HubertConfig(num_layers=2)
+    path = export_hubert_onnx(random_hubert(config, seed=5), tmp_path / "full_width.onnx")
+    got, _ = read_hubert_onnx(path)
+    assert got == HubertConfig(num_layers=2, layer_norm_eps=got.layer_norm_eps)
+    speech = _speech(0.6)
+    features = HubertFeatureExtractor(path, backend="torch")(speech).features
+    reference = HubertFeatureExtractor(path, backend="onnxruntime")(speech).features
+    assert rel_l2(features, reference) < 1e-4
+
+
+def test_benchmark_model_is_written_once(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from make_hubert_large import make_hubert_large
+
+    out = tmp_path / "hubert.onnx"
+    assert make_hubert_large(out, seed=1, config=SMALL) == out
+    _check_variant(out, SMALL)
+    written = out.stat().st_mtime_ns
+    make_hubert_large(out, seed=1, config=SMALL)
+    assert out.stat().st_mtime_ns == written  # digest matched: kept
+    out.write_bytes(out.read_bytes()[:-8])  # damaged: rewritten
+    make_hubert_large(out, seed=1, config=SMALL)
+    assert out.stat().st_mtime_ns != written and read_hubert_onnx(out)[0].num_layers == SMALL.num_layers
+    make_hubert_large(out, seed=2, config=SMALL)  # another recipe: rewritten
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hubert.onnx", "hubert.onnx.json"]
 
 
 # ------------------------------------------------------------------------------ GPU
