@@ -255,6 +255,12 @@ def test_stub_and_damaged_files_are_refused(tmp_path):
     stub = write_stub_hubert(tmp_path / "stub.onnx")
     with pytest.raises(CheckpointError, match=r"stub.onnx' cannot be read as a HuBERT: no linear layers"):
         read_hubert_onnx(stub)
+    image = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "image",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 3, 8, 8])])
+    onnx.save(helper.make_model(image, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "image.onnx"))
+    with pytest.raises(CheckpointError, match=r"image.onnx' .* input should be float32 samples .* 1x3x8x8"):
+        read_hubert_onnx(tmp_path / "image.onnx")
     damaged = tmp_path / "damaged.onnx"
     damaged.write_bytes(b"\x08\x07garbage" * 64)
     with pytest.raises(CheckpointError, match="damaged.onnx"):

@@ -615,8 +615,14 @@ def read_hubert_onnx(path: Union[str, os.PathLike]) -> tuple[HubertConfig, dict[
     if len(graph.input) != 1 or len(graph.output) != 1:
         raise CheckpointError(f"{str(path)!r} cannot be read as a HuBERT: it has {len(graph.input)} inputs and "
                               f"{len(graph.output)} outputs, expected one of each")
-    dims = graph.input[0].type.tensor_type.shape.dim
-    fixed = dims[1].dim_value if len(dims) == 2 and dims[1].HasField("dim_value") else None
+    import onnx
+
+    tensor_type = graph.input[0].type.tensor_type
+    dims = tensor_type.shape.dim
+    if tensor_type.elem_type != onnx.TensorProto.FLOAT or len(dims) != 2:
+        raise CheckpointError(f"{str(path)!r} cannot be read as a HuBERT: its input should be float32 samples "
+                              f"of shape (1, samples), it is {onnx.helper.printable_type(graph.input[0].type)}")
+    fixed = dims[1].dim_value if dims[1].HasField("dim_value") else None
     try:
         folded = _FoldedGraph(model, fixed or DEFAULT_PROBE_SAMPLES)
         del model, graph
