@@ -60,7 +60,8 @@ def _timed(extractor: HubertFeatureExtractor, speech: torch.Tensor, repeats: int
             "ms_per_window": 1000 * statistics.median(times) / windows}, features
 
 
-def _onnxruntime_spot_features(reference: HubertFeatureExtractor, speech: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+def _onnxruntime_spot_features(reference: HubertFeatureExtractor,
+                               speech: torch.Tensor) -> tuple[list[int], torch.Tensor]:
     """onnxruntime's features of every ``SPOT_CHECK_EVERY``-th window of ``speech``: (frames, rows)."""
     window = reference.window
     num_frames = num_video_frames(speech.shape[0])
@@ -78,7 +79,8 @@ def _onnxruntime_spot_features(reference: HubertFeatureExtractor, speech: torch.
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, help="a HuBERT ONNX file (default: the HuBERT-large of make_hubert_large.py)")
+    parser.add_argument("--model", type=Path,
+                        help="a HuBERT ONNX file (default: the HuBERT-large of make_hubert_large.py)")
     parser.add_argument("--audio", type=Path, default=EXAMPLE)
     parser.add_argument("--long-seconds", type=float, default=600.0)
     parser.add_argument("--repeats", type=int, default=3)

@@ -394,7 +394,8 @@ class HubertFeatureExtractor:
         """HuBERT rows of the valid frames of each window: ``(n, 2 * valid, 1024)``."""
         rows = self._runner(windows)
         needed = HUBERT_ROWS_PER_FRAME * (self.window.valid + self.window.future)
-        if rows.dim() != 3 or rows.shape[0] != windows.shape[0] or rows.shape[2] != HUBERT_DIM or rows.shape[1] < needed:
+        batch_ok = rows.dim() == 3 and rows.shape[0] == windows.shape[0]
+        if not batch_ok or rows.shape[2] != HUBERT_DIM or rows.shape[1] < needed:
             shape = tuple(rows.shape[1:]) if rows.dim() == 3 else tuple(rows.shape)
             raise CheckpointError(
                 f"the HuBERT model returned rows of shape {shape} for a window of "

@@ -29,7 +29,6 @@ that in host memory while it is read); the arrays become the module's tensors wi
 """
 from __future__ import annotations
 
-import logging
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -41,8 +40,6 @@ import torch
 
 from ..errors import CheckpointError
 from .hubert import Hubert, HubertConfig
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_PROBE_SAMPLES = 6480  # one Ditto window: the length a dynamic graph is specialised to
 _TRANSPARENT = {"Identity", "Cast", "Dropout", "Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatten",
@@ -424,19 +421,20 @@ def _attention_roles(g: _FoldedGraph, projections: list[_Layer], layer: int) -> 
     """Which of three projections is query, key and value; and the head size."""
     ends = [(p, *_follow_to_product(g, p.output)) for p in projections]
     roles: dict[str, _Layer] = {}
-    scales, head_dim, context = [], 0, None
+    products: dict[str, object] = {}
+    scales = []
     for projection, product, operand, scale in ends:
         softmax_of = g.producer.get(g.source(product.input[0])) if operand == 1 else None
-        if operand == 1 and softmax_of is not None and softmax_of.op_type == "Softmax":
-            roles["v"], context = projection, product
-            continue
-        roles["q" if operand == 0 else "k"] = projection
-        scales.append(scale)
-        if operand == 0:
-            head_dim = g.shapes.get(product.input[0], (0,))[-1]
-            scores = product
-    if sorted(roles) != ["k", "q", "v"] or context is None or not head_dim:
+        role = "v" if softmax_of is not None and softmax_of.op_type == "Softmax" else "qk"[operand]
+        roles[role], products[role] = projection, product
+        if role != "v":
+            scales.append(scale)
+    if sorted(roles) != ["k", "q", "v"] or products["q"] is not products["k"]:
         raise _Unmappable(f"transformer layer {layer}: cannot tell query, key and value apart")
+    scores, context = products["q"], products["v"]
+    head_dim = g.shapes.get(scores.input[0], (0,))[-1]
+    if not head_dim:
+        raise _Unmappable(f"transformer layer {layer}: the head size is not known from the graph")
     softmax, score_scale = _scores_to_softmax(g, scores)
     if g.source(context.input[0]) != softmax.output[0]:
         raise _Unmappable(f"transformer layer {layer}: the softmax does not weight the values directly")
