@@ -212,6 +212,10 @@ class HubertFeatureExtractor:
             fp16 on CUDA, fp32 on the CPU. onnxruntime always computes in fp32.
         max_batch_windows: windows per batched forward of the PyTorch backend (memory bound);
             None: 128 on CUDA, 16 on the CPU.
+
+    Attributes:
+        backend: ``"torch"`` or ``"onnxruntime"``, what ``"auto"`` resolved to.
+        execution_provider: onnxruntime's provider, or ``"torch-cuda"`` / ``"torch-cpu"``.
     """
 
     def __init__(
