@@ -125,7 +125,8 @@ class DittoPipeline:
 
         device = torch.device(device) if device is not None else default_device()
         models = random_ditto_models(device, dtype, seed)
-        hubert = HubertFeatureExtractor(write_stub_hubert(Path(workdir) / "hubert_stub.onnx", seed=seed), device)
+        stub = write_stub_hubert(Path(workdir) / "hubert_stub.onnx", seed=seed)
+        hubert = HubertFeatureExtractor(stub, device, backend="onnxruntime")  # the stub is no HuBERT
         return cls(models, AuxModels(), hubert, None, **kwargs)
 
     # -- stages -----------------------------------------------------------------------------
