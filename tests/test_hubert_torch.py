@@ -426,3 +426,49 @@ def test_cuda_auto_backend_is_torch_fp16(wide_path):
     extractor = HubertFeatureExtractor(wide_path, device="cuda")
     assert (extractor.backend, extractor.precision) == ("torch", "fp16")
     assert next(extractor.model.parameters()).device.type == "cuda"
+
+
+# ------------------------------------------------------------------ mapped-weight cache
+
+
+def test_mapped_weights_are_kept_for_the_next_process_and_remapped_when_the_file_changes(tmp_path, monkeypatch,
+                                                                                         caplog):
+    from ditto_core.models import hubert_onnx_weights, hubert_weight_cache
+
+    onnx_path = export_hubert_onnx(random_hubert(SMALL, seed=4), tmp_path / "hubert.onnx")
+    cache = tmp_path / "cache"
+    config, state = hubert_weight_cache.cached_hubert_weights(onnx_path, cache)
+    (entry,) = cache.glob("*.safetensors")
+    mapped = []
+    real_read = hubert_onnx_weights.read_hubert_onnx
+    monkeypatch.setattr(hubert_onnx_weights, "read_hubert_onnx", lambda path: mapped.append(path) or real_read(path))
+    again_config, again = hubert_weight_cache.cached_hubert_weights(onnx_path, cache)
+    assert not mapped and again_config == config  # read from the entry, not from the graph
+    assert again.keys() == state.keys() and all(torch.equal(again[k], state[k]) for k in state)
+    model = load_hubert_onnx(onnx_path, cache_dir=cache)
+    assert not mapped and model.config == config
+    # Another file under the same name (a new download): mapped again, the entry replaced.
+    export_hubert_onnx(random_hubert(SMALL, seed=5), onnx_path)
+    _, other = hubert_weight_cache.cached_hubert_weights(onnx_path, cache)
+    assert len(mapped) == 1 and not all(torch.equal(other[k], state[k]) for k in state)
+    assert list(cache.glob("*.safetensors")) == [entry]  # replaced, not piled up
+    # A damaged entry is mapped again, with a warning, and rewritten.
+    entry.write_bytes(b"not a safetensors file")
+    with caplog.at_level(logging.WARNING):
+        _, repaired = hubert_weight_cache.cached_hubert_weights(onnx_path, cache)
+    assert len(mapped) == 2 and "unreadable" in caplog.text
+    assert all(torch.equal(repaired[k], other[k]) for k in other)
+    hubert_weight_cache.cached_hubert_weights(onnx_path, cache)
+    assert len(mapped) == 2  # the rewritten entry serves again
+
+
+def test_an_unwritable_weight_cache_only_costs_the_mapping(tmp_path, caplog):
+    from ditto_core.models import hubert_weight_cache
+
+    onnx_path = export_hubert_onnx(random_hubert(SMALL, seed=4), tmp_path / "hubert.onnx")
+    blocked = tmp_path / "not_a_folder"
+    blocked.write_text("a file where the cache folder would go")
+    with caplog.at_level(logging.WARNING):
+        config, state = hubert_weight_cache.cached_hubert_weights(onnx_path, blocked)
+    assert config == read_hubert_onnx(onnx_path)[0] and state
+    assert "could not keep the mapped HuBERT weights" in caplog.text

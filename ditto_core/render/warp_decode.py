@@ -43,6 +43,7 @@ from ..models.keypoints import NUM_KP
 from ..models.triton_kernels import triton_kernels_supported, use_triton_kernels_
 from ..motion.motion_sequence import MotionSequence
 from ..progress import ProgressCallback, report
+from ..user_cache import user_cache_dir
 from ..registration.source_info import SourceInfo
 from .rendered_frames import RenderedFrames
 
@@ -65,7 +66,7 @@ _DECODER_UPSCALE = 8
 
 def default_compile_cache_dir() -> Path:
     """Per-user folder for Inductor's compiled graphs and kernels (survives reboots, unlike /tmp)."""
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "comfyui-ditto" / "inductor"
+    return user_cache_dir("inductor")
 
 
 def auto_batch_size(device: torch.device, dtype: torch.dtype, fraction: float = 0.5) -> int:
