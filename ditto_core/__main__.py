@@ -193,7 +193,7 @@ def render_cli(args: argparse.Namespace, stream: TextIO = sys.stderr) -> Path:
     """``python -m ditto_core render``: build the pipeline from checked CLI arguments and run it."""
     from .model_files import check_model_files
     from .motion.motion_options import MotionOptions
-    from .pipeline import DittoPipeline
+    from .pipeline import ONE_CLIP_COMPILE_MIN_FRAMES, DittoPipeline
     from .precision import network_dtype
     from .registration.options import RegistrationOptions
 
@@ -202,7 +202,8 @@ def render_cli(args: argparse.Namespace, stream: TextIO = sys.stderr) -> Path:
     motion_options = MotionOptions(steps=args.steps, seed=args.seed, emo=args.emo, eye_f0_mode=args.eye_lock,
                                    delta_eye_open_n=args.blinks, sampler_precision=args.lmdm_precision,
                                    sampler_compile=args.lmdm_compile)
-    common = dict(device=args.device, dtype=network_dtype(args.precision), batch_size=args.batch_size)
+    common = dict(device=args.device, dtype=network_dtype(args.precision), batch_size=args.batch_size,
+                  compile_min_frames=ONE_CLIP_COMPILE_MIN_FRAMES)
     with tempfile.TemporaryDirectory(prefix="ditto_") as workdir:
         if args.random_weights:
             log.warning("random weights: every stage runs, but the video shows noise, not a face")
@@ -213,10 +214,8 @@ def render_cli(args: argparse.Namespace, stream: TextIO = sys.stderr) -> Path:
             progress.status(f"loading the models from {args.models}")
             cache_dir = args.cache_dir or Path(args.models) / "cache"
             pipeline = DittoPipeline.from_model_dir(args.models, cache_dir=cache_dir, **common)
-        pipeline.start_warmup()  # compiles beside registration, audio and motion; renders eagerly until ready
         engine = pipeline.engine()
-        progress.compiling = lambda: (engine.stats.compiled and engine.stats.compile_seconds is None
-                                      and engine.warmup == "foreground")
+        progress.compiling = engine.will_compile
         out = pipeline.run(args.image, args.audio, args.out, registration, motion_options, crf=args.crf,
                            preset=args.preset, max_seconds=args.max_seconds, progress=progress,
                            status=progress.status, encoders=args.encoders)
@@ -238,7 +237,7 @@ class TerminalProgress:
     def __init__(self, stream: TextIO = sys.stderr, clock: Callable[[], float] = time.monotonic) -> None:
         self.stream, self.clock = stream, clock
         self.start = clock()
-        self.compiling: Callable[[], bool] = lambda: False  # whether the next render batch compiles first
+        self.compiling: Callable[[int], bool] = lambda frames: False  # whether rendering a clip of frames compiles
         self._reports: deque[tuple[float, int]] = deque(maxlen=self.WINDOW)
         self._shown_tenth = -1
         self._tty = hasattr(stream, "isatty") and stream.isatty()
@@ -248,7 +247,7 @@ class TerminalProgress:
 
     def __call__(self, done: int, total: int) -> None:
         now = self.clock()
-        if not self._reports and self.compiling():
+        if not self._reports and self.compiling(total):
             self.status("compiling the render engine for this GPU (up to a minute the first time, seconds "
                         "once cached)")
         self._reports.append((now, done))

@@ -39,6 +39,11 @@ from .video.writer import VideoWriter
 
 log = logging.getLogger(__name__)
 
+ONE_CLIP_COMPILE_MIN_FRAMES = 2500
+"""Frames (100 s of video) below which a process that renders one clip (the CLI) does not compile
+the warp+decode graph: even from a warm cache the compile costs about as much as it saves on a
+clip this long (measured on an H200, docs/PERFORMANCE.md)."""
+
 
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -71,7 +76,8 @@ class DittoPipeline:
         compile: bool = True,
         batch_size: int = 0,
         model_dir: Optional[Path] = None,
-        warmup: str = "background",
+        warmup: str = "foreground",
+        compile_min_frames: int = 0,
     ) -> None:
         self.models = models
         self.aux = aux
@@ -81,6 +87,7 @@ class DittoPipeline:
         self.batch_size = batch_size
         self.model_dir = model_dir  # where face models missing from ``aux`` are loaded from on demand
         self.warmup = warmup  # how the warp+decode graph is compiled (WarpDecodeEngine's ``warmup``)
+        self.compile_min_frames = compile_min_frames  # shorter clips render eagerly until a graph exists
         self.times = StageTimes()
         self._samplers: dict[tuple[int, str, bool], DDIMSampler] = {}
         self._engines: dict[tuple[int, bool], WarpDecodeEngine] = {}
@@ -204,16 +211,17 @@ class DittoPipeline:
         key = (self.batch_size if batch_size is None else batch_size, self.compile if compile is None else compile)
         if key not in self._engines:
             self._engines[key] = WarpDecodeEngine(
-                self.models.warp_network, self.models.decoder, batch_size=key[0], compile=key[1], warmup=self.warmup
+                self.models.warp_network, self.models.decoder, batch_size=key[0], compile=key[1], warmup=self.warmup,
+                compile_min_frames=self.compile_min_frames,
             )
         return self._engines[key]
 
     def start_warmup(self) -> None:
         """Start compiling the default engine's graph for an image source now, in the background.
 
-        Called right after the models load, so the compile overlaps registration, audio features
-        and motion; until it is ready the render runs eagerly (``warmup="background"``, the
-        default). Does nothing where the engine does not compile, or compiles in the foreground.
+        For a long-lived process (``warmup="background"``): called when the models load, the
+        compile overlaps what comes before the first render, which runs eagerly until the graph
+        is ready. Does nothing where the engine does not compile, or compiles in the foreground.
         """
         self.engine().start_warmup()
 

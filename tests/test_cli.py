@@ -119,7 +119,7 @@ def test_progress_reports_stages_then_frames_with_rate_and_eta():
     clock, out = FakeClock(), io.StringIO()
     progress = cli.TerminalProgress(out, clock)
     compiles = [True]
-    progress.compiling = lambda: compiles[0]
+    progress.compiling = lambda frames: compiles[0]
     clock.now += 2.5
     progress.status("loading the models from models/ditto")
     progress(4, 100)  # the eager first batch; the next one compiles

@@ -606,3 +606,38 @@ def test_background_compile_failure_falls_back_to_eager_and_says_why(monkeypatch
 def test_unknown_warmup_mode_is_refused():
     with pytest.raises(InputError, match="warmup must be one of foreground, background"):
         WarpDecodeEngine(*toy_networks(), warmup="lazy")
+
+
+def test_a_clip_shorter_than_compile_min_frames_never_waits_for_a_compile(fake_compile):
+    warp, decoder = toy_networks()
+    source = make_source(volumes(1))
+    engine = WarpDecodeEngine(warp, decoder, batch_size=4, first_batch=0, compile_min_frames=8)
+    short, long = make_motion(7), make_motion(9)
+    got = engine.render(source, short).images
+    assert rel_l2(got, unfused(warp, decoder, source, short)) < 1e-6
+    assert not fake_compile and engine.stats.graph_batches == 0  # eager throughout: nothing compiled
+    engine.render(source, long)
+    assert len(fake_compile) == 3  # a long clip compiles; from then on short clips use the graph too
+    engine.render(source, short)
+    assert len(fake_compile) == 5
+
+
+def test_background_warmup_shortens_gil_turns_only_while_it_runs(gated_compile):
+    import sys
+
+    gate, _ = gated_compile
+    before = sys.getswitchinterval()
+    engine = WarpDecodeEngine(*toy_networks(), batch_size=2, warmup="background")
+    engine.start_warmup(volume_shape=(32, 16, 4, 4))
+    for _ in range(100):  # the warm-up thread shortens the interval as it starts
+        if sys.getswitchinterval() < before:
+            break
+        threading.Event().wait(0.01)
+    assert sys.getswitchinterval() < before
+    gate.set()
+    engine._warmups[(True, 2)].ready.wait(timeout=30)
+    for _ in range(100):  # the thread restores the interval right after setting ready
+        if sys.getswitchinterval() == before:
+            break
+        threading.Event().wait(0.01)
+    assert sys.getswitchinterval() == before

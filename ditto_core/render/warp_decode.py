@@ -26,8 +26,10 @@ precision, which is exactly what must stay float32.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -131,6 +133,9 @@ class WarpDecodeEngine(nn.Module):
             first frames reach the encoder after a few frames' work instead of a whole graph
             batch's (time to first frame), and the graph takes over from the next batch.
         warmup: ``"foreground"`` or ``"background"`` (see the module docstring).
+        compile_min_frames: a clip shorter than this renders eagerly unless its graph is
+            already compiled: for a one-clip process, a compile costs more than it saves on a
+            short clip (see docs/PERFORMANCE.md). 0: every clip may compile.
     """
 
     def __init__(
@@ -142,6 +147,7 @@ class WarpDecodeEngine(nn.Module):
         cache_dir: Optional[Path] = None,
         first_batch: int = 4,
         warmup: str = "foreground",
+        compile_min_frames: int = 0,
     ) -> None:
         super().__init__()
         if warmup not in WARMUP_MODES:
@@ -154,6 +160,7 @@ class WarpDecodeEngine(nn.Module):
         self.batch_size = batch_size or auto_batch_size(self.device, self.dtype)
         self.first_batch = first_batch
         self.warmup = warmup
+        self.compile_min_frames = compile_min_frames
         ok, why = compile_available(self.device) if compile else (False, "compile is off")
         self.stats = EngineStats(compiled=ok, batch_size=self.batch_size, reason_eager=why, warmup=warmup)
         self._step: Optional[Callable[[Tensor, Tensor, Tensor], Tensor]] = None
@@ -252,9 +259,13 @@ class WarpDecodeEngine(nn.Module):
             return
         warm = self._warmups[key] = _Warmup()
         if self._room_for_two_batches():
-            threading.Thread(target=self._warm_up, args=(warm, shared_volume, volume_shape), daemon=True,
-                             name="ditto-engine-warmup").start()
+            threading.Thread(target=self._warm_up_in_background, args=(warm, shared_volume, volume_shape),
+                             daemon=True, name="ditto-engine-warmup").start()
         else:
+            self._warm_up(warm, shared_volume, volume_shape)
+
+    def _warm_up_in_background(self, warm: _Warmup, shared_volume: bool, volume_shape: tuple[int, ...]) -> None:
+        with _short_gil_turns():
             self._warm_up(warm, shared_volume, volume_shape)
 
     def _room_for_two_batches(self) -> bool:
@@ -276,8 +287,11 @@ class WarpDecodeEngine(nn.Module):
         finally:
             warm.ready.set()
 
-    def _graph_ready(self, shared_volume: bool) -> bool:
-        """Whether batches may use the graph now; starts its background compile when needed."""
+    def _graph_ready(self, shared_volume: bool, frames: Optional[int] = None) -> bool:
+        """Whether batches of a ``frames``-long clip may use the graph now; starts its background
+        compile when needed (a clip shorter than ``compile_min_frames`` starts none)."""
+        if frames is not None and frames < self.compile_min_frames and not self._compiled_before(shared_volume):
+            return False
         if self.warmup == "foreground":
             return self.stats.compiled
         self.start_warmup(shared_volume)
@@ -288,6 +302,18 @@ class WarpDecodeEngine(nn.Module):
             error, warm.error = warm.error, None
             self._disable_compile(f"compilation failed ({type(error).__name__}: {error})")
         return self.stats.compiled
+
+    def will_compile(self, frames: int) -> bool:
+        """Whether rendering a ``frames``-long clip now makes the caller wait for a compile."""
+        return (self.stats.compiled and self.warmup == "foreground" and self.stats.compile_seconds is None
+                and not frames < self.compile_min_frames)
+
+    def _compiled_before(self, shared_volume: bool) -> bool:
+        """Whether this engine already paid for a graph of this shape (foreground: any graph)."""
+        if self.warmup == "foreground":
+            return self.stats.graph_batches > 0
+        warm = self._warmups.get((shared_volume, self.batch_size))
+        return warm is not None
 
     def _run_compiled(self, args: tuple[Tensor, Tensor, Tensor]) -> Tensor:
         first = self.stats.compile_seconds is None
@@ -320,7 +346,7 @@ class WarpDecodeEngine(nn.Module):
         start = 0
         while start < total:
             # Decided per attempt: after an out-of-VRAM retry the batch may be no larger than the ramp.
-            graph = self._graph_ready(shared_volume=index is None)
+            graph = self._graph_ready(shared_volume=index is None, frames=total)
             first = start == 0 and self.stats.compiled and 0 < self.first_batch < self.batch_size
             rows = slice(start, min(start + (self.first_batch if first else self.batch_size), total))
             try:
@@ -416,3 +442,30 @@ def _pad_keypoints(kp: Tensor, size: int, device: torch.device) -> Tensor:
 
 def _announce_eager(why: str) -> None:
     announce_once(log, f"Ditto warp+decode runs eagerly (no CUDA graphs): {why}")
+
+
+@contextlib.contextmanager
+def _short_gil_turns(seconds: float = 2e-4) -> Iterator[None]:
+    """Hand the GIL over every ``seconds`` while a background compile runs.
+
+    Dynamo and Inductor hold the GIL for long stretches of Python; every torch op of the
+    rendering thread releases it and then waits up to the switch interval (5 ms by default) to
+    get it back, which makes eager rendering and motion sampling beside a compile several times
+    slower. The interval is process-wide: it is restored when the last warm-up ends.
+    """
+    with _GIL_TURNS_LOCK:
+        if not _GIL_TURNS:
+            _GIL_TURNS.append(sys.getswitchinterval())
+            sys.setswitchinterval(seconds)
+        _GIL_TURNS.append(seconds)
+    try:
+        yield
+    finally:
+        with _GIL_TURNS_LOCK:
+            _GIL_TURNS.pop()
+            if len(_GIL_TURNS) == 1:
+                sys.setswitchinterval(_GIL_TURNS.pop())
+
+
+_GIL_TURNS: list[float] = []  # [interval before the first warm-up, one entry per running warm-up]
+_GIL_TURNS_LOCK = threading.Lock()
