@@ -215,7 +215,13 @@ class DittoPipeline:
         options bring their own table or no table was loaded.
         """
         table = self.models.blink_table
-        if table is None or options.delta_eye_arr is not None:
+        if options.delta_eye_arr is not None:
+            return options
+        if table is None:
+            if options.delta_eye_open_n != -1:  # said only when blinks were asked for
+                folder = self.model_dir / CONFIG_DIR / CONFIG_FILE if self.model_dir else f"{CONFIG_DIR}/{CONFIG_FILE}"
+                log.info("Procedural blinks need Ditto's config %s (HuggingFace folder %s/); without it the eyes "
+                         "follow the generated motion.", folder, CONFIG_DIR)
             return options
         return replace(options, delta_eye_arr=table)
 
@@ -242,14 +248,15 @@ class DittoPipeline:
     def render_video(
         self, source: SourceInfo, motion: MotionSequence, out_path: Path | str,
         audio: Optional[tuple[Tensor, int]] = None, crf: int = 18, preset: str = "medium",
-        progress: Optional[ProgressCallback] = None,
+        progress: Optional[ProgressCallback] = None, metadata: Optional[dict[str, str]] = None,
     ) -> Path:
-        """Warp+decode, paste back and encode, batch by batch; the MP4 appears only on success."""
+        """Warp+decode, paste back and encode, batch by batch; the MP4 appears only on success.
+        ``metadata``: the MP4's container tags (see :class:`VideoWriter`)."""
         start = time.perf_counter()
         height, width = source.frames.shape[1:3]
         engine = self.engine()
         with VideoWriter(out_path, width=width, height=height, fps=motion.fps, crf=crf, preset=preset,
-                         audio=audio) as writer:
+                         audio=audio, metadata=metadata) as writer:
             for first, renders in engine.iter_render(source, motion, progress):
                 index = motion.source_index[first:first + renders.shape[0]]
                 writer.write(paste_back(source.frames, renders, source.M_c2o, source_index=index))

@@ -139,7 +139,7 @@ def _live_workflow(path: Path) -> dict:
 def _saved_files(outputs: dict, base: Path) -> list[Path]:
     files = []
     for node_output in outputs.values():
-        for entry in node_output.get("ditto_video", []) + node_output.get("images", []):
+        for entry in node_output.get("images", []):
             if entry["filename"].endswith(".mp4"):
                 files.append(base / entry["type"] / entry["subfolder"] / entry["filename"])
     return files

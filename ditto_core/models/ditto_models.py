@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from ..errors import MissingModelError
 from .checkpoints import NETWORKS, build_network, file_identity, find_network_file, load_state, missing_files_message
 from .keypoints import NUM_KP
-from .official_config import CONFIG_DIR, CONFIG_FILE, blink_table, find_config, read_config
+from .official_config import blink_table, find_config, read_config
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +75,7 @@ def load_ditto_models(
 def _load_blink_table(model_dir: Path) -> Optional[Tensor]:
     path = find_config(model_dir)
     if path is None:
-        log.info("Procedural blinks need Ditto's config %s (HuggingFace folder %s/); without it the eyes "
-                 "follow the generated motion.", (model_dir / CONFIG_DIR / CONFIG_FILE).resolve(), CONFIG_DIR)
-        return None
+        return None  # blinks off; the pipeline says so when a run asks for them
     table = blink_table(read_config(path), path)
     if table is None:
         log.warning("%s has no default_kwargs['delta_eye_arr'] blink table; procedural blinks are off.", path)

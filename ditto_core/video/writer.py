@@ -15,7 +15,7 @@ import threading
 from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
-from typing import Optional, Sequence, Tuple, Type, Union
+from typing import Mapping, Optional, Sequence, Tuple, Type, Union
 
 import av
 import numpy as np
@@ -65,6 +65,8 @@ class VideoWriter:
             channels are mixed down to mono (the mix the lip motion was computed from).
         queue_frames: frames buffered on the host between producer and encoder; bounds host
             memory at about ``queue_frames * width * height * 3`` bytes.
+        metadata: container tags (name -> text), stored as MP4 metadata tags; ComfyUI keeps a
+            render's ``prompt`` and ``workflow`` (JSON) there.
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class VideoWriter:
         preset: str = "medium",
         audio: Optional[Tuple[Waveform, int]] = None,
         queue_frames: int = 32,
+        metadata: Optional[Mapping[str, str]] = None,
     ) -> None:
         _check_settings(width, height, fps, crf, queue_frames)
         check_encoder_options(crf, preset)
@@ -92,7 +95,11 @@ class VideoWriter:
         os.close(handle)
         self._temp_path = Path(temp_name)
         try:
-            self._container = av.open(str(self._temp_path), mode="w", format="mp4")
+            # use_metadata_tags: keep tags under their own names (by default the muxer drops
+            # every key outside its fixed iTunes set).
+            self._container = av.open(str(self._temp_path), mode="w", format="mp4",
+                                      options={"movflags": "use_metadata_tags"} if metadata else None)
+            self._container.metadata.update(metadata or {})
             self._video = self._add_video_stream(crf, preset)
             self._audio_stream = self._add_audio_stream() if self._audio is not None else None
         except BaseException:

@@ -9,6 +9,7 @@ models_dir = os.path.join(base_path, "models")
 folder_names_and_paths: dict[str, tuple[list[str], set[str]]] = {}
 _output_directory = os.path.join(base_path, "output")
 _user_directory = os.path.join(base_path, "user")
+_input_directory = os.path.join(base_path, "input")
 
 
 def set_output_directory(path: str) -> None:
@@ -18,6 +19,15 @@ def set_output_directory(path: str) -> None:
 
 def get_output_directory() -> str:
     return _output_directory
+
+
+def set_input_directory(path: str) -> None:
+    global _input_directory
+    _input_directory = path
+
+
+def get_input_directory() -> str:
+    return _input_directory
 
 
 def set_user_directory(path: str) -> None:
