@@ -82,11 +82,9 @@ def _default_builder(handle: ModelHandle) -> PipelineBuilder:
 
 
 def _module_bytes(pipeline: DittoPipeline) -> int:
-    """Bytes of the networks' parameters and buffers."""
-    models = pipeline.models
-    tensors = [t for name in NETWORKS for module in (getattr(models, name),)
-               for t in (*module.parameters(), *module.buffers())]
-    return sum(t.numel() * t.element_size() for t in tensors)
+    """Bytes of the parameters and buffers of the networks the pipeline holds."""
+    modules = [m for m in vars(pipeline.models).values() if isinstance(m, torch.nn.Module)]
+    return sum(t.numel() * t.element_size() for m in modules for t in (*m.parameters(), *m.buffers()))
 
 
 def _estimated_bytes(handle: ModelHandle) -> int:

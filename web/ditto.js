@@ -16,7 +16,7 @@ function formatStats(stats) {
   const seconds = stats.seconds < 10 ? stats.seconds.toFixed(2) : stats.seconds.toFixed(1);
   const parts = [`${seconds} s`];
   if (stats.frames !== undefined) parts.push(`${stats.frames} frames`);
-  if (stats.fps) parts.push(`${stats.fps.toFixed(1)} fps`);
+  if (stats.fps) parts.push(`${stats.fps < 1 ? stats.fps.toFixed(2) : stats.fps.toFixed(1)} fps`);
   return parts.join(" · ");
 }
 
@@ -67,7 +67,7 @@ app.registerExtension({
     const onNodeCreated = nodeType.prototype.onNodeCreated;
     nodeType.prototype.onNodeCreated = function () {
       onNodeCreated?.apply(this, arguments);
-      this.badges.push(() => new StatsBadge(this.dittoStats));
+      this.badges?.push(() => new StatsBadge(this.dittoStats));
     };
 
     // The frontend grows the node to fit the video preview while drawing a frame, and draws
