@@ -3,8 +3,8 @@
 ComfyUI's template browser shows a custom-node template under the UI file's name and asks for
 ``/api/workflow_templates/<pack folder>/<title>.jpg`` as its picture, so each ``<title>.json``
 gets a ``<title>.jpg`` beside it. This script loads every workflow into a running ComfyUI (with
-the pack installed) in headless Chromium, fits the graph to the view,
-and saves what the canvas draws::
+the pack installed) in headless Chromium, fits the graph to the view and saves what the canvas
+draws::
 
     python example_workflows/make_thumbnails.py --url http://127.0.0.1:8188
 
@@ -108,7 +108,8 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser, page = open_comfyui(playwright, args.url.rstrip("/"), args.chromium, viewport=(2 * THUMBNAIL_SIZE[0], 2 * THUMBNAIL_SIZE[1]))
+        viewport = (2 * THUMBNAIL_SIZE[0], 2 * THUMBNAIL_SIZE[1])  # scaled down by half: crisp text
+        browser, page = open_comfyui(playwright, args.url.rstrip("/"), args.chromium, viewport=viewport)
         try:
             for title in examples().values():
                 load_workflow(page, json.loads((HERE / f"{title}.json").read_text()))

@@ -34,7 +34,8 @@ from tests.test_comfyui_live import COMFYUI_DIR, _request, comfy  # noqa: F401  
 CHROMIUM = os.environ.get("DITTO_CHROMIUM", "/usr/bin/chromium")
 pytestmark = [
     pytest.mark.skipif(not COMFYUI_DIR, reason="set COMFYUI_DIR to a ComfyUI checkout to run the browser test"),
-    pytest.mark.skipif(importlib.util.find_spec("playwright") is None, reason="needs playwright (pip install playwright)"),
+    pytest.mark.skipif(importlib.util.find_spec("playwright") is None,
+                       reason="needs playwright (pip install playwright)"),
     pytest.mark.skipif(not shutil.which(CHROMIUM), reason=f"needs Chromium at {CHROMIUM} (or set DITTO_CHROMIUM)"),
     pytest.mark.slow,
 ]
@@ -109,7 +110,8 @@ def test_template_browser_lists_each_workflow_with_a_thumbnail(page, shots):
     page.wait_for_function("""(titles) => titles.every((title) => [...document.querySelectorAll('img')]
         .some((img) => img.alt === title && img.complete && img.naturalWidth > 0))""",
                            arg=list(TITLES.values()), timeout=60_000)
-    images = page.evaluate("""(titles) => [...document.querySelectorAll('img')].filter((img) => titles.includes(img.alt))
+    images = page.evaluate("""(titles) => [...document.querySelectorAll('img')]
+        .filter((img) => titles.includes(img.alt))
         .map((img) => ({title: img.alt, width: img.naturalWidth, shown: img.getBoundingClientRect().width}))""",
                            list(TITLES.values()))
     page.screenshot(path=str(shots / "template_browser.png"))
@@ -145,7 +147,8 @@ PREVIEW_JS = """async () => {
   const canvas = window.app.canvas;
   const rect = canvas.canvas.getBoundingClientRect();
   const {offset, scale} = canvas.ds;  // page position = canvas position + offset, times scale
-  const nodeBox = {left: rect.left + (node.pos[0] + offset[0]) * scale, top: rect.top + (node.pos[1] + offset[1]) * scale,
+  const nodeBox = {left: rect.left + (node.pos[0] + offset[0]) * scale,
+                   top: rect.top + (node.pos[1] + offset[1]) * scale,
                    right: rect.left + (node.pos[0] + node.size[0] + offset[0]) * scale,
                    bottom: rect.top + (node.pos[1] + node.size[1] + offset[1]) * scale};
   video.muted = true;
@@ -185,7 +188,10 @@ BADGES_JS = """(zooms) => {
   for (const node of nodes) {
     for (const badge of node.badges) wrap(typeof badge === 'function' ? badge() : badge);
     const drawBadges = node.drawBadges;
-    node.drawBadges = function () { current = this; try { return drawBadges.apply(this, arguments); } finally { current = null; } };
+    node.drawBadges = function () {
+      current = this;
+      try { return drawBadges.apply(this, arguments); } finally { current = null; }
+    };
   }
   const [scale, offset] = [canvas.ds.scale, [...canvas.ds.offset]];
   for (const zoom of zooms) {
@@ -200,7 +206,8 @@ BADGES_JS = """(zooms) => {
 
 
 def _overlap(a: dict, b: dict) -> bool:
-    return a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"] and a["y"] < b["y"] + b["h"] and b["y"] < a["y"] + a["h"]
+    return (a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"]
+            and a["y"] < b["y"] + b["h"] and b["y"] < a["y"] + a["h"])
 
 
 def test_a_queued_workflow_previews_plays_restores_and_badges_clear_the_pill(page, comfy, shots):  # noqa: F811

@@ -190,7 +190,8 @@ def test_comfyui_unload_frees_the_sets_and_the_next_use_reloads_them():
     ours = [m for m in mm.current_loaded_models if getattr(m.model, "handle", None) == handle]
     assert len(ours) == 1 and ours[0].model.loaded_size() == 4000 and ours[0].model.model_size() == 4000
     registry.pipeline(handle)  # already loaded: ComfyUI keeps one entry, nothing is rebuilt
-    assert len([m for m in mm.current_loaded_models if getattr(m.model, "handle", None) == handle]) == 1 and calls == [1]
+    assert len([m for m in mm.current_loaded_models if getattr(m.model, "handle", None) == handle]) == 1
+    assert calls == [1]
 
     before = mm.SOFT_EMPTY_CACHE_CALLS
     mm.unload_all_models()
