@@ -9,6 +9,7 @@ from typing import Optional
 
 import folder_paths
 import torch
+from comfy.cli_args import args as comfy_args
 from comfy_api.latest import InputImpl, Types, io, ui
 from torch import Tensor
 
@@ -56,9 +57,7 @@ def workflow_metadata(node: type[io.ComfyNode]) -> Optional[dict[str, str]]:
     """MP4 tags that let ComfyUI restore the graph from the file, as core Save Video writes them:
     ``prompt`` and every ``extra_pnginfo`` entry (the UI's ``workflow``) as JSON. None under
     ``--disable-metadata``."""
-    from comfy.cli_args import args
-
-    if args.disable_metadata:
+    if comfy_args.disable_metadata:
         return None
     tags = {key: json.dumps(value) for key, value in (node.hidden.extra_pnginfo or {}).items()}
     if node.hidden.prompt is not None:
