@@ -19,7 +19,7 @@ from .audio.audio_features import SAMPLE_RATE, AudioFeatures
 from .audio.hubert import HubertFeatureExtractor
 from .audio.loading import load_audio, to_mono_16k
 from .errors import InputError
-from .model_files import AUX_FILES, check_model_files, find_hubert
+from .model_files import AUX_FILES, CONFIG_DIR, CONFIG_FILE, check_model_files, find_hubert
 from .models.ditto_models import DittoModels, load_ditto_models, random_ditto_models
 from .motion.conditions import build_conditions, build_kp_condition
 from .motion.lmdm_sampler import DDIMSampler, generate_motion
@@ -191,7 +191,13 @@ class DittoPipeline:
         options bring their own table or no table was loaded.
         """
         table = self.models.blink_table
-        if table is None or options.delta_eye_arr is not None:
+        if options.delta_eye_arr is not None:
+            return options
+        if table is None:
+            if options.delta_eye_open_n != -1:  # said only when blinks were asked for
+                folder = self.model_dir / CONFIG_DIR / CONFIG_FILE if self.model_dir else f"{CONFIG_DIR}/{CONFIG_FILE}"
+                log.info("Procedural blinks need Ditto's config %s (HuggingFace folder %s/); without it the eyes "
+                         "follow the generated motion.", folder, CONFIG_DIR)
             return options
         return replace(options, delta_eye_arr=table)
 
@@ -229,13 +235,15 @@ class DittoPipeline:
         self, source: SourceInfo, motion: MotionSequence, out_path: Path | str,
         audio: Optional[tuple[Tensor, int]] = None, crf: int = 18, preset: Optional[str] = None,
         progress: Optional[ProgressCallback] = None, encoders: Optional[int] = None,
+        metadata: Optional[dict[str, str]] = None,
     ) -> Path:
-        """Warp+decode, paste back and encode, batch by batch; the MP4 appears only on success."""
+        """Warp+decode, paste back and encode, batch by batch; the MP4 appears only on success.
+        ``metadata``: the MP4's container tags (see :class:`VideoWriter`)."""
         start = time.perf_counter()
         height, width = source.frames.shape[1:3]
         engine = self.engine()
         with VideoWriter(out_path, width=width, height=height, fps=motion.fps, crf=crf, preset=preset,
-                         audio=audio, encoders=encoders, expected_frames=len(motion)) as writer:
+                         audio=audio, encoders=encoders, expected_frames=len(motion), metadata=metadata) as writer:
             for first, renders in engine.iter_render(source, motion, progress):
                 index = motion.source_index[first:first + renders.shape[0]]
                 writer.write(paste_back(source.frames, renders, source.M_c2o, source_index=index))

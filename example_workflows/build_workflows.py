@@ -3,6 +3,8 @@
 
     python example_workflows/build_workflows.py        # rewrites example_workflows/*.json
 
+(``make_thumbnails.py`` beside it renders each UI workflow's template thumbnail.)
+
 Widget order and socket types come from the nodes' own schemas (the pack is imported with the
 test stand-ins for ComfyUI, so this runs without ComfyUI); the few core nodes used are
 described in :data:`CORE_NODES`. ``tests/test_nodes_workflows.py`` checks the files are current.
@@ -264,23 +266,32 @@ def all_in_one() -> Graph:
     return g
 
 
-WORKFLOWS = {
-    "ditto_portrait_to_mp4": portrait_to_mp4,
-    "ditto_eye_lock_25_vs_50_steps": eye_lock_steps_comparison,
-    "ditto_video_source": video_source,
-    "ditto_core_interop": core_interop,
-    "ditto_all_in_one": all_in_one,
+@dataclass(frozen=True)
+class Example:
+    title: str
+    """The UI file's name, which ComfyUI's template browser shows as the template's title (its
+    thumbnail is ``<title>.jpg`` beside it)."""
+    build: Any
+
+
+WORKFLOWS: dict[str, Example] = {
+    "ditto_portrait_to_mp4": Example("Portrait to talking-head MP4", portrait_to_mp4),
+    "ditto_eye_lock_25_vs_50_steps": Example("Eye lock, 25 vs 50 steps", eye_lock_steps_comparison),
+    "ditto_video_source": Example("Video as the avatar", video_source),
+    "ditto_core_interop": Example("Ditto frames into core video nodes", core_interop),
+    "ditto_all_in_one": Example("All in one node", all_in_one),
 }
+"""API name -> example: the API file is ``api/<name>.json``, the UI file ``<title>.json``."""
 
 
 def render_all() -> dict[str, str]:
-    """File name -> JSON text of every example, UI format as ``<name>.json`` and API format as
+    """File name -> JSON text of every example, UI format as ``<title>.json`` and API format as
     ``api/<name>.json``."""
     specs = all_specs()
     files = {}
-    for name, build in WORKFLOWS.items():
-        graph = build()
-        files[f"{name}.json"] = json.dumps(graph.ui(specs), indent=1) + "\n"
+    for name, example in WORKFLOWS.items():
+        graph = example.build()
+        files[f"{example.title}.json"] = json.dumps(graph.ui(specs), indent=1) + "\n"
         files[f"api/{name}.json"] = json.dumps(graph.api(specs), indent=1) + "\n"
     return files
 

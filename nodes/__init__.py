@@ -10,6 +10,7 @@ from comfy_api.latest import ComfyExtension, io
 
 from . import all_in_one, audio_nodes, model_nodes, motion_nodes, output_nodes, render_nodes, source_nodes
 from .paths import reap_stale_files, register_model_folder
+from .samples import install_sample_inputs
 
 NODE_CLASSES: list[type[io.ComfyNode]] = [
     *model_nodes.NODES,
@@ -31,6 +32,7 @@ class DittoExtension(ComfyExtension):
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
         register_model_folder()  # before any schema lists the model folders
+        install_sample_inputs()  # before the Load nodes list the input folder
         return list(NODE_CLASSES)
 
 

@@ -16,7 +16,7 @@ from . import ditto_types as T
 from .audio_nodes import encode_speech
 from .model_registry import REGISTRY, ModelHandle
 from .motion_nodes import SEED_MAX
-from .output_nodes import VIDEO_KEY, audio_for_mux, output_file
+from .output_nodes import audio_for_mux, output_file, saved_video_ui, workflow_metadata
 from .runtime import staged_progress, timed_stage
 from .source_nodes import register_source
 
@@ -28,10 +28,9 @@ class DittoTalkingHead(io.ComfyNode):
 
     @classmethod
     def define_schema(cls) -> io.Schema:
-        return io.Schema(
+        return T.schema(
             node_id="DittoTalkingHead",
             display_name="Ditto Talking Head",
-            category=T.CATEGORY,
             description="Registers the portrait, encodes the speech, samples the motion, then renders, pastes back "
                         "and encodes batch by batch (memory stays flat for long clips). Use the stage nodes for "
                         "finer control.",
@@ -72,8 +71,8 @@ class DittoTalkingHead(io.ComfyNode):
                 raise InputError("Ditto Talking Head: the audio yields no video frames; use at least 0.2 s of speech.")
             path, saved = output_file(filename_prefix, source.frames.shape[2], source.frames.shape[1])
             pipeline.render_video(source, motion, path, audio=audio_for_mux(audio), crf=crf, preset=preset,
-                                  progress=stage(3))
-        return io.NodeOutput(InputImpl.VideoFromFile(path), ui={VIDEO_KEY: [saved], **timer.ui(len(motion))})
+                                  progress=stage(3), metadata=workflow_metadata(cls))
+        return io.NodeOutput(InputImpl.VideoFromFile(path), ui=saved_video_ui(saved, timer.ui(len(motion))))
 
 
 NODES = [DittoTalkingHead]

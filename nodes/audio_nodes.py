@@ -29,10 +29,9 @@ class AudioFeaturesNode(io.ComfyNode):
 
     @classmethod
     def define_schema(cls) -> io.Schema:
-        return io.Schema(
+        return T.schema(
             node_id="DittoAudioFeatures",
             display_name="Audio Features",
-            category=T.CATEGORY,
             description="Encodes the speech with HuBERT (aux_models/hubert_streaming_fix_kv.onnx). Any sample "
                         "rate and channel count; the video gets 25 frames per second of speech.",
             inputs=[

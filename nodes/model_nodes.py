@@ -18,10 +18,9 @@ class LoadDittoModels(io.ComfyNode):
 
     @classmethod
     def define_schema(cls) -> io.Schema:
-        return io.Schema(
+        return T.schema(
             node_id="DittoLoadModels",
             display_name="Load Ditto Models",
-            category=T.CATEGORY,
             description=(
                 "Loads Ditto's networks from ComfyUI/models/ditto (or a 'ditto' entry of extra_model_paths.yaml). "
                 "Get them from HuggingFace digital-avatar/ditto-talkinghead, folder ditto_pytorch/ "
@@ -33,7 +32,8 @@ class LoadDittoModels(io.ComfyNode):
                                        "Networks may sit in it or in models/ or ditto_pytorch/models/ below it, "
                                        "face models and HuBERT in aux_models/ or ditto_pytorch/aux_models/."),
                 io.Combo.Input("device", options=device_choices(), default="auto",
-                               tooltip="Where every Ditto stage runs; 'auto' is the first GPU, else the CPU."),
+                               tooltip="Where every Ditto stage runs; 'auto' is ComfyUI's device (its GPU; the CPU "
+                                       "when it runs with --cpu or has no GPU)."),
                 io.Combo.Input("precision", options=["auto", *NETWORK_PRECISIONS], default="auto",
                                tooltip="fp32 matches the reference exactly; fp16/bf16 (GPU only) render about "
                                        "twice as fast; 'auto' is fp16 on a GPU, fp32 on the CPU. The motion "
@@ -69,10 +69,9 @@ class UnloadDittoModels(io.ComfyNode):
 
     @classmethod
     def define_schema(cls) -> io.Schema:
-        return io.Schema(
+        return T.schema(
             node_id="DittoUnloadModels",
             display_name="Unload Ditto Models",
-            category=T.CATEGORY,
             description=(
                 "Releases Ditto's loaded networks, compiled engines and face/audio models. ComfyUI keeps every "
                 "node's last output cached, so VRAM held by sources, renders and frames is only freed when "

@@ -1,4 +1,4 @@
-"""Loaded Ditto models, shared by every node and released on request.
+"""Loaded Ditto models, shared by every node, managed by ComfyUI's model management.
 
 ``DITTO_MODELS`` carries a small :class:`ModelHandle` (folder, device, precision), not the
 networks themselves. ComfyUI keeps the last output of every node in its cache; if that output
@@ -6,8 +6,11 @@ were the networks, their VRAM could only be freed by deleting the node. With a h
 networks live in :data:`REGISTRY` as one ``ditto_core`` :class:`~ditto_core.pipeline.DittoPipeline`
 per (folder, device, precision) -- networks, face models, HuBERT, and the DDIM samplers and
 warp+decode engines with their CUDA graphs.
-``Unload Ditto Models`` releases them; a node that later receives a released handle loads the
-set again transparently.
+
+Each set is registered with ``comfy.model_management`` like any ComfyUI model (through
+:class:`ResidentModels`): loading it first frees other models' VRAM, ComfyUI's "Unload models"
+(``POST /free``) and its memory pressure unload it, and a node that later needs it loads it
+again. ``Unload Ditto Models`` releases it too.
 """
 from __future__ import annotations
 
@@ -15,18 +18,24 @@ import gc
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
+import comfy.model_management as mm
 import torch
 
 from ditto_core.errors import InputError
+from ditto_core.model_files import find_hubert, find_network_file
+from ditto_core.models.checkpoints import NETWORKS
+from ditto_core.models.ditto_models import ALWAYS_FP32
 from ditto_core.pipeline import DittoPipeline
 from ditto_core.precision import network_dtype
 
+
 def resolve_device(choice: str) -> torch.device:
-    """``"auto"`` -> the first CUDA GPU, else the CPU; refuses a CUDA device that is not there."""
+    """``"auto"`` -> ComfyUI's compute device (its GPU, the CPU under ``--cpu``); refuses a
+    CUDA device that is not there."""
     if choice == "auto":
-        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        return mm.get_torch_device()
     device = torch.device(choice)
     if device.type == "cuda":
         if not torch.cuda.is_available():
@@ -39,7 +48,7 @@ def resolve_device(choice: str) -> torch.device:
 
 
 def device_choices() -> list[str]:
-    """Dropdown entries: auto, cpu, and every visible GPU."""
+    """Dropdown entries: auto (ComfyUI's device), cpu, and every visible GPU."""
     gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
     return ["auto", "cpu", *gpus]
 
@@ -62,51 +71,146 @@ class ModelHandle:
         return network_dtype(self.precision)
 
 
+PipelineBuilder = Callable[[], DittoPipeline]
+
+
+def _default_builder(handle: ModelHandle) -> PipelineBuilder:
+    # Face-detection models are loaded when present but not required here: the no-detector
+    # mode needs none, and Register Avatar asks for them when it detects.
+    return lambda: DittoPipeline.from_model_dir(
+        handle.model_dir, handle.torch_device, handle.dtype,
+        cache_dir=Path(handle.cache_dir) if handle.cache_dir else None, detect_face=False)
+
+
+def _module_bytes(pipeline: DittoPipeline) -> int:
+    """Bytes of the parameters and buffers of the networks the pipeline holds."""
+    modules = [m for m in vars(pipeline.models).values() if isinstance(m, torch.nn.Module)]
+    return sum(t.numel() * t.element_size() for m in modules for t in (*m.parameters(), *m.buffers()))
+
+
+def _estimated_bytes(handle: ModelHandle) -> int:
+    """The networks' size before they are loaded: their (fp32) checkpoint files, scaled to the
+    precision they load in; what ComfyUI frees room for."""
+    itemsize = torch.empty((), dtype=handle.dtype).element_size()
+    total = 0
+    for name in NETWORKS:
+        path = find_network_file(name, Path(handle.model_dir))
+        if path is not None:
+            total += path.stat().st_size * (1 if name in ALWAYS_FP32 else itemsize / 4)
+    hubert = find_hubert(Path(handle.model_dir))  # the PyTorch HuBERT holds its weights in half precision on a GPU
+    if hubert is not None:
+        total += hubert.stat().st_size * (0.5 if handle.torch_device.type == "cuda" else 1)
+    return int(total)
+
+
+class ResidentModels:
+    """One Ditto model set as ``comfy.model_management`` sees a model: the parts of ComfyUI's
+    ``ModelPatcher`` interface that its ``load_models_gpu`` / ``free_memory`` use.
+
+    A set is loaded or not, never partly: its compiled engines and CUDA graphs are built for
+    weights on one device, so ComfyUI's partial offload asks for nothing and unloading drops
+    the whole pipeline (the next node that needs it builds it again).
+    """
+
+    parent = None  # a ModelPatcher clone's parent; sets are never cloned
+
+    def __init__(self, handle: ModelHandle, build: PipelineBuilder) -> None:
+        self.handle = handle
+        self.load_device = handle.torch_device
+        self.offload_device = torch.device("cpu")
+        self._build = build
+        self.pipeline: Optional[DittoPipeline] = None
+        self._bytes = 0
+        # What ComfyUI holds a weak reference to while the set is loaded (a ModelPatcher's
+        # ``model``): alive as long as this object, so ComfyUI forgets the set when it goes.
+        self.model = DittoNetworks()
+
+    def model_size(self) -> int:
+        return self._bytes if self.pipeline is not None else _estimated_bytes(self.handle)
+
+    def loaded_size(self) -> int:
+        return self._bytes if self.pipeline is not None else 0
+
+    def current_loaded_device(self) -> torch.device:
+        return self.load_device if self.pipeline is not None else self.offload_device
+
+    def model_dtype(self) -> torch.dtype:
+        return self.handle.dtype
+
+    def partially_load(self, device: torch.device, extra_memory: float = 0, force_patch_weights: bool = False) -> int:
+        """Build the pipeline if it is not loaded; the bytes this added."""
+        if self.pipeline is not None:
+            return 0
+        self.pipeline = self._build()
+        self._bytes = _module_bytes(self.pipeline)
+        return self._bytes
+
+    def partially_unload(self, device: torch.device, memory_to_free: float = 0) -> int:
+        return 0  # all or nothing: ComfyUI then unloads the whole set
+
+    def detach(self, unpatch_all: bool = True) -> None:
+        """ComfyUI unloads the set (``unpatch_all``), or takes it off its list for a moment while
+        it loads it again (not ``unpatch_all``: nothing to do)."""
+        if unpatch_all and self.pipeline is not None:
+            self.pipeline = None
+            gc.collect()  # engines and CUDA graphs hold reference cycles: free their VRAM now
+
+    def is_clone(self, other: object) -> bool:
+        return getattr(other, "model", None) is self.model
+
+    def model_patches_to(self, device_or_dtype: object) -> None:
+        pass  # no patches
+
+    def model_patches_models(self) -> list:
+        return []
+
+    def lowvram_patch_counter(self) -> int:
+        return 0
+
+
+class DittoNetworks:
+    """Stand-in for a ModelPatcher's module (ComfyUI logs its class name when it loads it)."""
+
+
 class ModelRegistry:
-    """Per-handle store of loaded networks and objects built from them (thread-safe)."""
+    """The model sets of every handle, loaded through ComfyUI's model management (thread-safe)."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._entries: dict[ModelHandle, dict[Any, Any]] = {}
+        self._residents: dict[ModelHandle, ResidentModels] = {}
 
-    def pipeline(self, handle: ModelHandle) -> DittoPipeline:
-        """The loaded pipeline of ``handle``, built on first use.
+    def pipeline(self, handle: ModelHandle, build: Optional[PipelineBuilder] = None) -> DittoPipeline:
+        """The loaded pipeline of ``handle``, (re)loaded if ComfyUI or a release unloaded it.
 
-        Face-detection models are loaded when present but not required here: the no-detector
-        mode needs none, and Register Avatar asks for them when it detects.
-        """
-        return self.get(handle, "pipeline", lambda: DittoPipeline.from_model_dir(
-            handle.model_dir, handle.torch_device, handle.dtype,
-            cache_dir=Path(handle.cache_dir) if handle.cache_dir else None, detect_face=False))
-
-    def get(self, handle: ModelHandle, key: Any, build: Callable[[], Any]) -> Any:
-        """The object stored under ``key`` for ``handle``, built by ``build()`` on first use.
-
-        Objects built from the networks (engines, samplers) are released together with them.
+        Each call goes through ``comfy.model_management.load_models_gpu``, as a ComfyUI node
+        does before it uses a model: other models make room first, and the set becomes the
+        most recently used. ``build`` (default: the handle's model folder) is remembered for
+        later reloads.
         """
         with self._lock:
-            entry = self._entries.setdefault(handle, {})
-            if key not in entry:
-                entry[key] = build()
-            return entry[key]
+            resident = self._residents.get(handle)
+            if resident is None:
+                resident = self._residents[handle] = ResidentModels(handle, build or _default_builder(handle))
+            mm.load_models_gpu([resident])
+            return resident.pipeline
 
     def is_loaded(self, handle: ModelHandle) -> bool:
         with self._lock:
-            return "pipeline" in self._entries.get(handle, {})
+            resident = self._residents.get(handle)
+            return resident is not None and resident.pipeline is not None
 
     def release(self, handle: Optional[ModelHandle] = None) -> int:
-        """Drop ``handle``'s entry (every entry if None) and return freed VRAM to the driver.
+        """Drop ``handle``'s set (every set if None) and return freed VRAM to the driver.
 
-        Returns the number of model sets released.
+        ComfyUI's model management forgets a dropped set by itself (its weak reference dies).
+        Returns the number of loaded model sets released.
         """
         with self._lock:
-            handles = list(self._entries) if handle is None else [h for h in (handle,) if h in self._entries]
-            for h in handles:
-                del self._entries[h]
+            handles = list(self._residents) if handle is None else [h for h in (handle,) if h in self._residents]
+            released = sum(self._residents.pop(h).pipeline is not None for h in handles)
         gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        return len(handles)
+        mm.soft_empty_cache()
+        return released
 
 
 REGISTRY = ModelRegistry()

@@ -33,10 +33,9 @@ class MotionOptionsNode(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
         angle = dict(default=0.0, min=-MAX_POSE_OFFSET, max=MAX_POSE_OFFSET, step=0.5)
-        return io.Schema(
+        return T.schema(
             node_id="DittoMotionOptions",
             display_name="Eye Lock / Motion Options",
-            category=T.CATEGORY,
             description="How the generated motion is conditioned and applied. Defaults reproduce Ditto.",
             inputs=[
                 io.Combo.Input("emotion", options=list(EMOTIONS), default="neutral",
@@ -98,10 +97,9 @@ class LMDMSampler(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
         defaults = MotionOptions()
-        return io.Schema(
+        return T.schema(
             node_id="DittoLMDMSampler",
             display_name="LMDM Sampler",
-            category=T.CATEGORY,
             description="Samples the motion of every output frame with the LMDM (DDIM, 80-frame windows "
                         "cross-faded over 'overlap' frames) and maps it onto the avatar's keypoints.",
             inputs=[

@@ -1,6 +1,7 @@
 """Where frames leave Ditto: Save Talking Head Video (MP4), and IMAGE / VIDEO for other nodes."""
 from __future__ import annotations
 
+import json
 import logging
 import os
 from fractions import Fraction
@@ -8,6 +9,7 @@ from typing import Optional
 
 import folder_paths
 import torch
+from comfy.cli_args import args as comfy_args
 from comfy_api.latest import InputImpl, Types, io, ui
 from torch import Tensor
 
@@ -22,8 +24,6 @@ from .runtime import comfy_progress, timed_stage
 
 log = logging.getLogger(__name__)
 
-VIDEO_KEY = "ditto_video"
-"""UI-output key of the saved MP4 (``{filename, subfolder, type}``, as ComfyUI's /view expects)."""
 ENCODE_CHUNK = 32
 """Frames handed to the encoder per call: a progress/cancel point."""
 IMAGE_CHUNK = 16
@@ -47,6 +47,24 @@ def audio_for_mux(audio: Optional[dict]) -> Optional[tuple[Tensor, int]]:
     return waveform.float().cpu(), int(audio["sample_rate"])
 
 
+def saved_video_ui(saved: ui.SavedResult, stats: dict) -> dict:
+    """A saving node's UI output: the MP4 for the frontend's own video preview (as core Save
+    Video reports it, under ``images``) and the stage timing."""
+    return {**ui.PreviewVideo([saved]).as_dict(), **stats}
+
+
+def workflow_metadata(node: type[io.ComfyNode]) -> Optional[dict[str, str]]:
+    """MP4 tags that let ComfyUI restore the graph from the file, as core Save Video writes them:
+    ``prompt`` and every ``extra_pnginfo`` entry (the UI's ``workflow``) as JSON. None under
+    ``--disable-metadata``."""
+    if comfy_args.disable_metadata:
+        return None
+    tags = {key: json.dumps(value) for key, value in (node.hidden.extra_pnginfo or {}).items()}
+    if node.hidden.prompt is not None:
+        tags["prompt"] = json.dumps(node.hidden.prompt)
+    return tags or None
+
+
 def output_file(filename_prefix: str, width: int, height: int) -> tuple[str, ui.SavedResult]:
     """Next free ``<output>/<prefix>_NNNNN_.mp4``: its path and how the UI and /history name it."""
     folder, stem, counter, subfolder, _ = folder_paths.get_save_image_path(
@@ -62,15 +80,17 @@ def save_mp4(
     crf: int,
     preset: str,
     progress: Optional[ProgressCallback],
+    metadata: Optional[dict[str, str]] = None,
 ) -> ui.SavedResult:
-    """Encode ``frames`` (+ audio) to the next free MP4 of ``filename_prefix``; nothing is left
-    on failure or cancel (the writer renames its temporary file only on success)."""
+    """Encode ``frames`` (+ audio) to the next free MP4 of ``filename_prefix``, tagged with
+    ``metadata``; nothing is left on failure or cancel (the writer renames its temporary file
+    only on success)."""
     total, height, width = frames.frames.shape[:3]
     if total == 0:
         raise InputError("Save Talking Head Video: there are no frames to save; check the audio length.")
     path, saved = output_file(filename_prefix, width, height)
     with VideoWriter(path, width=width, height=height, fps=frames.fps, crf=crf, preset=preset,
-                     audio=audio_for_mux(audio), expected_frames=total) as writer:
+                     audio=audio_for_mux(audio), expected_frames=total, metadata=metadata) as writer:
         for start in range(0, total, ENCODE_CHUNK):
             stop = min(start + ENCODE_CHUNK, total)
             writer.write(frames.frames[start:stop])
@@ -102,14 +122,15 @@ class SaveTalkingHeadVideo(io.ComfyNode):
 
     @classmethod
     def define_schema(cls) -> io.Schema:
-        return io.Schema(
+        return T.schema(
             node_id="DittoSaveVideo",
             display_name="Save Talking Head Video",
-            category=T.CATEGORY,
-            description="H.264 MP4 with the speech as AAC, encoded while frames stream off the GPU. The file "
-                        "appears only once complete; a cancelled run leaves nothing behind.",
+            description="H.264 MP4 with the speech as AAC, encoded while frames stream off the model device. The file "
+                        "appears only once complete; a cancelled run leaves nothing behind. It carries the "
+                        "workflow (unless ComfyUI runs with --disable-metadata): drop it on the canvas to reload "
+                        "the graph.",
             inputs=[
-                T.FRAMES.Input("frames", tooltip="From GPU PutBack."),
+                T.FRAMES.Input("frames", tooltip="From Paste Back."),
                 io.String.Input("filename_prefix", default="ditto/talking_head",
                                 tooltip="File name prefix inside the output folder; subfolders allowed, '..' and "
                                         "absolute paths are removed."),
@@ -128,8 +149,9 @@ class SaveTalkingHeadVideo(io.ComfyNode):
     def execute(cls, frames: VideoFrames, filename_prefix: str, crf: int, preset: str,
                 audio: Optional[dict] = None) -> io.NodeOutput:
         with timed_stage("Save Video") as timer:
-            saved = save_mp4(frames, audio, filename_prefix, crf, preset, comfy_progress(len(frames)))
-        return io.NodeOutput(ui={VIDEO_KEY: [saved], **timer.ui(len(frames))})
+            saved = save_mp4(frames, audio, filename_prefix, crf, preset, comfy_progress(len(frames)),
+                             workflow_metadata(cls))
+        return io.NodeOutput(ui=saved_video_ui(saved, timer.ui(len(frames))))
 
 
 class FramesToImage(io.ComfyNode):
@@ -137,13 +159,12 @@ class FramesToImage(io.ComfyNode):
 
     @classmethod
     def define_schema(cls) -> io.Schema:
-        return io.Schema(
+        return T.schema(
             node_id="DittoFramesToImage",
             display_name="Ditto Frames to IMAGE",
-            category=T.CATEGORY,
             description="Copies the frames to the CPU as a float IMAGE batch (4 bytes per sub-pixel: a 15 s "
                         "1080p clip needs about 9 GB of RAM; a warning is logged above 8 GB).",
-            inputs=[T.FRAMES.Input("frames", tooltip="From GPU PutBack.")],
+            inputs=[T.FRAMES.Input("frames", tooltip="From Paste Back.")],
             outputs=[io.Image.Output(display_name="images", tooltip="(frames, height, width, 3) float in [0, 1].")],
         )
 
@@ -159,13 +180,12 @@ class FramesToVideo(io.ComfyNode):
 
     @classmethod
     def define_schema(cls) -> io.Schema:
-        return io.Schema(
+        return T.schema(
             node_id="DittoFramesToVideo",
             display_name="Ditto Frames to VIDEO",
-            category=T.CATEGORY,
             description="Wraps the frames (copied to the CPU as an IMAGE) and the audio in a VIDEO value.",
             inputs=[
-                T.FRAMES.Input("frames", tooltip="From GPU PutBack."),
+                T.FRAMES.Input("frames", tooltip="From Paste Back."),
                 io.Audio.Input("audio", optional=True, tooltip="Soundtrack of the video; silent when unconnected."),
             ],
             outputs=[io.Video.Output(display_name="video", tooltip="A VIDEO at the frames' rate (25 fps).")],

@@ -1,4 +1,4 @@
-"""Compiled Warp+Decode (-> ``DITTO_RENDERS``) and GPU PutBack (-> ``DITTO_FRAMES``)."""
+"""Warp + Decode (-> ``DITTO_RENDERS``) and Paste Back (-> ``DITTO_FRAMES``)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -52,14 +52,13 @@ def paste_faces(
 
 
 class WarpDecode(io.ComfyNode):
-    """The avatar's appearance, moved by the motion and decoded to 512x512 faces (GPU)."""
+    """The avatar's appearance, moved by the motion and decoded to 512x512 faces, on the model device."""
 
     @classmethod
     def define_schema(cls) -> io.Schema:
-        return io.Schema(
+        return T.schema(
             node_id="DittoWarpDecode",
-            display_name="Compiled Warp+Decode",
-            category=T.CATEGORY,
+            display_name="Warp + Decode",
             description="Renders the face of every frame in batches. With compile on (CUDA + Triton), the first "
                         "run builds CUDA graphs (cached on disk for later launches); elsewhere it runs eagerly.",
             inputs=[
@@ -73,7 +72,7 @@ class WarpDecode(io.ComfyNode):
                                  tooltip="torch.compile with CUDA graphs: fastest after the first run. Turn off to "
                                          "skip compilation (e.g. for a single short clip)."),
             ],
-            outputs=[T.RENDERS.Output(display_name="renders", tooltip="512x512 face renders, on the GPU.")],
+            outputs=[T.RENDERS.Output(display_name="renders", tooltip="512x512 face renders, on the model device.")],
         )
 
     @classmethod
@@ -85,24 +84,23 @@ class WarpDecode(io.ComfyNode):
 
 
 class PutBack(io.ComfyNode):
-    """The rendered faces pasted back into the full-resolution source frames (GPU)."""
+    """The rendered faces pasted back into the full-resolution source frames, on the model device."""
 
     @classmethod
     def define_schema(cls) -> io.Schema:
-        return io.Schema(
+        return T.schema(
             node_id="DittoPutBack",
-            display_name="GPU PutBack",
-            category=T.CATEGORY,
+            display_name="Paste Back",
             description="Pastes each face into its source frame with Ditto's feathered mask; uint8 frames at the "
-                        "source resolution stay on the GPU until saved or converted.",
+                        "source resolution stay on the model device until saved or converted.",
             inputs=[
-                T.RENDERS.Input("renders", tooltip="From Compiled Warp+Decode."),
+                T.RENDERS.Input("renders", tooltip="From Warp + Decode."),
                 T.SOURCE.Input("source", tooltip="The same Register Avatar output the renders came from."),
                 io.Combo.Input("backend", options=["auto", "torch"], default="auto",
                                tooltip="'auto': the fused Triton kernel on CUDA when available, else PyTorch. "
                                        "'torch': always the PyTorch path."),
             ],
-            outputs=[T.FRAMES.Output(display_name="frames", tooltip="Finished uint8 frames on the GPU.")],
+            outputs=[T.FRAMES.Output(display_name="frames", tooltip="Finished uint8 frames, on the model device.")],
         )
 
     @classmethod

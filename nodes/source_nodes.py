@@ -36,10 +36,9 @@ class RegisterAvatar(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
         defaults = RegistrationOptions()
-        return io.Schema(
+        return T.schema(
             node_id="DittoRegisterAvatar",
             display_name="Register Avatar",
-            category=T.CATEGORY,
             description="Analyses the portrait (one image) or the source video (an IMAGE batch of its frames) "
                         "once; the result is cached on disk, so re-running with the same picture is instant.",
             inputs=[

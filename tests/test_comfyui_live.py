@@ -103,6 +103,7 @@ def comfy(tmp_path_factory, reference_dir, example_dir):
         [COMFY_PYTHON, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(port), "--base-directory", str(base),
          "--disable-auto-launch"],
         cwd=COMFYUI_DIR, stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},  # the log is read while the server runs
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -139,7 +140,7 @@ def _live_workflow(path: Path) -> dict:
 def _saved_files(outputs: dict, base: Path) -> list[Path]:
     files = []
     for node_output in outputs.values():
-        for entry in node_output.get("ditto_video", []) + node_output.get("images", []):
+        for entry in node_output.get("images", []):
             if entry["filename"].endswith(".mp4"):
                 files.append(base / entry["type"] / entry["subfolder"] / entry["filename"])
     return files
@@ -216,3 +217,40 @@ def test_every_api_workflow_runs_and_writes_a_playable_mp4(comfy):
             assert stats and all(s["seconds"] >= 0 for s in stats), f"{name}: no stage timings in the UI output"
         time.sleep(2)
     assert not list((base / "output").rglob("*.part.mp4")), "a temporary video file was left behind"
+
+
+def _run_prompt(url: str, prompt: dict) -> dict:
+    status, reply = _request(f"{url}/prompt", {"prompt": prompt, "client_id": str(uuid.uuid4())})
+    assert status == 200 and not reply.get("node_errors"), reply
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while True:
+        status, history = _request(f"{url}/history/{reply['prompt_id']}")
+        if status == 200 and reply["prompt_id"] in history:
+            entry = history[reply["prompt_id"]]
+            assert entry["status"]["status_str"] == "success", entry["status"]["messages"]
+            return entry
+        assert time.monotonic() < deadline, "the prompt did not finish"
+        time.sleep(1)
+
+
+def test_comfyuis_unload_models_frees_dittos_networks(comfy):
+    """ComfyUI's "Unload Models" (``POST /free``) unloads Ditto's model set as it does any model's
+    (``comfy.model_management`` logs each load): the next node that needs the set loads it again."""
+    url, base = comfy
+    log = base / "comfyui.log"
+
+    def load_models(precision: str) -> int:
+        # Changed inputs make Load Ditto Models run again; the disabled Unload node is the output.
+        _run_prompt(url, {
+            "1": {"class_type": "DittoLoadModels",
+                  "inputs": {"model_folder": ".", "device": "cpu", "precision": precision, "download_missing": False}},
+            "2": {"class_type": "DittoUnloadModels", "inputs": {"enabled": False, "models": ["1", 0]}},
+        })
+        return log.read_text().count("Requested to load DittoNetworks")
+
+    loaded = load_models("fp32")
+    assert loaded >= 1
+    assert load_models("auto") == loaded, "the set was loaded again although nothing unloaded it"
+    assert _request(f"{url}/free", {"unload_models": True})[0] == 200
+    time.sleep(5)  # the prompt worker applies the flag between prompts, at least once a second
+    assert load_models("fp32") == loaded + 1, "POST /free did not unload Ditto's networks"

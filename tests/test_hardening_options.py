@@ -87,7 +87,7 @@ def handle(base, hubert_stub):
     pipeline.motion = noise_motion
     pipeline.compile = False
     handle = ModelHandle(str(base / "models"), "cpu", "fp32", str(base / "cache"))
-    REGISTRY.get(handle, "pipeline", lambda: pipeline)
+    REGISTRY.pipeline(handle, build=lambda: pipeline)
     yield handle
     REGISTRY.release(handle)
 
@@ -260,7 +260,7 @@ def test_saved_video_at_the_bounds_is_playable(handle, source, features, base):
     import av
 
     for crf in (0, 51):
-        saved = run_node("DittoSaveVideo", "crf", crf, handle, source, features, base).ui["ditto_video"][0]
+        saved = run_node("DittoSaveVideo", "crf", crf, handle, source, features, base).ui["images"][0]
         with av.open(str(base / "output" / saved["subfolder"] / saved["filename"])) as container:
             assert sum(1 for _ in container.decode(video=0)) == 3
     assert not [n for n in files_under(base / "output") if ".part" in n]

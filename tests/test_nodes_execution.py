@@ -118,7 +118,7 @@ def fast_handle(handle):
     fast = replace(handle, model_dir=handle.model_dir + "/.")
     real = REGISTRY.pipeline(handle)
     models = replace(real.models, warp_network=TinyWarp().eval(), decoder=TinyDecoder().eval())
-    REGISTRY.get(fast, "pipeline", lambda: DittoPipeline(models, real.aux, real.hubert, real.cache))
+    REGISTRY.pipeline(fast, build=lambda: DittoPipeline(models, real.aux, real.hubert, real.cache))
     return fast
 
 
@@ -236,14 +236,14 @@ def decoded(path: Path) -> tuple[int, float]:
 def test_save_video_writes_a_playable_mp4_inside_the_output_folder(frames, comfy_base):
     out = NODES["DittoSaveVideo"].execute(frames=frames[0], filename_prefix="../../escape/clip", crf=23,
                                          preset="ultrafast", audio=speech(channels=3))
-    saved = out.ui["ditto_video"][0]
+    saved = out.ui["images"][0]
     assert saved == {"filename": "clip_00001_.mp4", "subfolder": "escape", "type": "output"}
     path = comfy_base / "output" / "escape" / "clip_00001_.mp4"
     count, audio_seconds = decoded(path)
     assert count == 8 and abs(audio_seconds - 0.32) < 0.05
     second = NODES["DittoSaveVideo"].execute(frames=frames[0], filename_prefix="escape/clip", crf=23,
                                             preset="ultrafast", audio=None)
-    assert second.ui["ditto_video"][0]["filename"] == "clip_00002_.mp4"
+    assert second.ui["images"][0]["filename"] == "clip_00002_.mp4"
 
 
 def test_cancelled_save_leaves_no_file(frames, comfy_base):
@@ -277,7 +277,7 @@ def test_all_in_one_saves_the_video_and_returns_it(fast_handle, portrait, comfy_
     comfy.utils.UPDATES.clear()
     out = NODES["DittoTalkingHead"].execute(models=fast_handle, image=portrait, audio=speech(0.2), steps=2, seed=3,
                                            detect_face=False, filename_prefix="aio/clip", crf=23, preset="ultrafast")
-    saved = out.ui["ditto_video"][0]
+    saved = out.ui["images"][0]
     path = comfy_base / "output" / saved["subfolder"] / saved["filename"]
     assert out[0].get_stream_source() == str(path)
     count, audio_seconds = decoded(path)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from tests.comfy_stubs import REPO, load_pack
 
@@ -66,6 +67,22 @@ def test_schema_is_complete(node_id):
             assert item.min <= default <= item.max, f"{node_id}.{item.id}: default out of range"
     for output in schema.outputs:
         assert output.display_name and output.tooltip
+    # Found by what a user types, and titled truly on any device (the CPU neither compiles nor is a GPU).
+    assert {"talking head", "lip sync", "avatar", "ditto"} <= set(schema.search_aliases)
+    assert not {"GPU", "Compiled"} & set(schema.display_name.split()), schema.display_name
+
+
+def test_search_aliases_only_where_comfyui_takes_them(monkeypatch):
+    """ComfyUI versions before search aliases reject unknown Schema fields: the pack still loads there."""
+    from comfyui_ditto_pack.nodes import ditto_types
+
+    class OlderSchema:
+        def __init__(self, node_id, display_name=None, category="sd"):
+            self.node_id, self.display_name, self.category = node_id, display_name, category
+
+    monkeypatch.setattr(ditto_types.io, "Schema", OlderSchema)
+    old = ditto_types.schema(node_id="DittoX", display_name="X")
+    assert (old.node_id, old.category) == ("DittoX", "Ditto") and not hasattr(old, "search_aliases")
 
 
 def test_socket_types_connect_the_stages():
@@ -132,19 +149,69 @@ def test_model_folders_are_listed_and_resolved(ditto_roots):
     assert resolve_model_folder("nowhere") == flat / "nowhere"  # named in the missing-files message
 
 
+def _fake_pipeline(weights: int):
+    """Enough of a DittoPipeline for the registry: its six networks, ``weights`` fp32 values in all."""
+    from types import SimpleNamespace
+
+    from torch import nn
+
+    from ditto_core.models.checkpoints import NETWORKS
+
+    sizes = [weights - len(NETWORKS) + 1] + [1] * (len(NETWORKS) - 1)
+    return SimpleNamespace(models=SimpleNamespace(**{n: nn.Linear(s, 1, bias=False) for n, s in zip(NETWORKS, sizes)}))
+
+
 def test_registry_builds_once_per_handle_and_releases():
     registry = ModelRegistry()
     calls = []
     a = ModelHandle("/m", "cpu", "fp32")
     b = ModelHandle("/m", "cpu", "bf16")
-    build = lambda tag: (lambda: calls.append(tag) or object())  # noqa: E731
-    first = registry.get(a, "engine", build("a"))
-    assert registry.get(a, "engine", build("a")) is first
-    registry.get(b, "engine", build("b"))
+    build = lambda tag: (lambda: calls.append(tag) or _fake_pipeline(10))  # noqa: E731
+    first = registry.pipeline(a, build("a"))
+    assert registry.pipeline(a, build("ignored")) is first
+    registry.pipeline(b, build("b"))
     assert calls == ["a", "b"]
     assert registry.release(a) == 1
-    assert registry.get(a, "engine", build("a")) is not first and calls == ["a", "b", "a"]
+    assert registry.pipeline(a, build("a")) is not first and calls == ["a", "b", "a"]
     assert registry.release() == 2 and registry.release() == 0
+
+
+def test_comfyui_unload_frees_the_sets_and_the_next_use_reloads_them():
+    """ComfyUI's "Unload models" (``unload_all_models``) and its memory pressure (``free_memory``)
+    reach Ditto's sets through ``comfy.model_management``; a dropped set leaves its list."""
+    mm = comfy.model_management
+    registry = ModelRegistry()
+    handle = ModelHandle("/m", "cpu", "fp32")
+    calls = []
+    first = registry.pipeline(handle, lambda: calls.append(1) or _fake_pipeline(1000))
+    ours = [m for m in mm.current_loaded_models if getattr(m.model, "handle", None) == handle]
+    assert len(ours) == 1 and ours[0].model.loaded_size() == 4000 and ours[0].model.model_size() == 4000
+    registry.pipeline(handle)  # already loaded: ComfyUI keeps one entry, nothing is rebuilt
+    assert len([m for m in mm.current_loaded_models if getattr(m.model, "handle", None) == handle]) == 1
+    assert calls == [1]
+
+    before = mm.SOFT_EMPTY_CACHE_CALLS
+    mm.unload_all_models()
+    assert not registry.is_loaded(handle) and mm.SOFT_EMPTY_CACHE_CALLS > before
+    assert not [m for m in mm.current_loaded_models if getattr(m.model, "handle", None) == handle]
+    again = registry.pipeline(handle)
+    assert again is not first and calls == [1, 1] and registry.is_loaded(handle)
+
+    mm.free_memory(1e30, torch.device("cpu"))  # another model needs the room
+    assert not registry.is_loaded(handle)
+    registry.pipeline(handle)
+    assert registry.release(handle) == 1
+    assert not [m for m in mm.current_loaded_models if getattr(m.model, "handle", None) == handle]
+
+
+def test_model_size_before_loading_is_estimated_from_the_checkpoint_files(tmp_path):
+    from comfyui_ditto_pack.nodes.model_registry import ResidentModels
+
+    for name, size in (("decoder.pth", 4000), ("lmdm_v0.4_hubert.pth", 400)):
+        (tmp_path / name).write_bytes(bytes(size))
+    half = ResidentModels(ModelHandle(str(tmp_path), "cpu", "fp16"), lambda: None)
+    assert half.model_size() == 2000 + 400  # the LMDM stays fp32
+    assert half.loaded_size() == 0 and half.current_loaded_device() == torch.device("cpu")
 
 
 def test_unload_node_releases_and_never_caches():
@@ -183,3 +250,20 @@ def test_timed_stage_reports_seconds_and_fps():
     assert ui["stage"] == "Stage" and ui["frames"] == 10 and ui["seconds"] > 0
     assert math.isclose(ui["fps"], 10 / timer.seconds, rel_tol=1e-2)
     assert "fps" not in timer.ui()["ditto_stats"][0]
+
+
+def test_sample_inputs_are_copied_once_and_never_over_a_users_file(tmp_path, monkeypatch):
+    from PIL import Image
+
+    from comfyui_ditto_pack.nodes.samples import SAMPLE_DIR, SAMPLE_FILES, install_sample_inputs
+
+    monkeypatch.setattr(folder_paths, "_input_directory", str(tmp_path / "input"))
+    (tmp_path / "input").mkdir()
+    (tmp_path / "input" / "ditto_speech.wav").write_bytes(b"the user's own")
+    written = install_sample_inputs()
+    assert sorted(p.name for p in written) == ["ditto_portrait.jpg", "ditto_source.mp4"]
+    assert (tmp_path / "input" / "ditto_speech.wav").read_bytes() == b"the user's own"
+    assert Image.open(tmp_path / "input" / "ditto_portrait.jpg").size == (512, 512)
+    assert install_sample_inputs() == []
+    assert sorted(p.name for p in (tmp_path / "input").iterdir()) == sorted(SAMPLE_FILES)  # no temporary left
+    assert "Apache License 2.0" in (SAMPLE_DIR / "README.md").read_text()

@@ -13,6 +13,7 @@ import json
 import sys
 
 import pytest
+from PIL import Image
 
 from tests.comfy_stubs import REPO
 
@@ -108,9 +109,13 @@ def api_problems(prompt: dict) -> list[str]:
     return problems
 
 
-def test_each_example_exists_in_both_formats():
-    names = {p.stem for p in UI_FILES}
-    assert names == {p.stem for p in API_FILES} == set(build.WORKFLOWS)
+def test_each_example_exists_in_both_formats_with_a_thumbnail():
+    assert {p.stem for p in UI_FILES} == {e.title for e in build.WORKFLOWS.values()}
+    assert {p.stem for p in API_FILES} == set(build.WORKFLOWS)
+    for example in build.WORKFLOWS.values():
+        # The template browser asks for <title>.jpg (custom-node templates are always JPEG there).
+        with Image.open(WORKFLOW_DIR / f"{example.title}.jpg") as thumbnail:
+            assert thumbnail.format == "JPEG" and thumbnail.width >= 400 and thumbnail.height >= 250
 
 
 def test_files_are_what_the_builder_writes():
@@ -131,7 +136,7 @@ def test_api_workflow_validates(path):
 
 
 def test_validators_catch_broken_graphs():
-    ui = json.loads((WORKFLOW_DIR / "ditto_portrait_to_mp4.json").read_text())
+    ui = json.loads((WORKFLOW_DIR / f"{build.WORKFLOWS['ditto_portrait_to_mp4'].title}.json").read_text())
     bad_link = copy.deepcopy(ui)
     bad_link["links"][0][5] = "IMAGE"
     bad_widget = copy.deepcopy(ui)

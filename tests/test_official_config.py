@@ -288,10 +288,18 @@ def test_loader_reads_the_blink_table(tmp_path, official_ckpt_dir):
     assert torch.equal(models.blink_table, torch.from_numpy(table))
 
 
-def test_without_a_config_blinks_are_off_and_the_log_says_where_it_goes(tmp_path, caplog):
+def test_without_a_config_blinks_are_off_and_only_a_run_that_wants_them_says_where_it_goes(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger=ditto_models.__name__):
         assert ditto_models._load_blink_table(tmp_path) is None
-    assert str((tmp_path / CONFIG_DIR / CONFIG_FILE).resolve()) in caplog.text
+    assert not caplog.text, "loading says nothing: a run with blinks off needs no config"
+    models = replace(random_ditto_models("cpu"), blink_table=None)
+    pipeline = DittoPipeline(models, AuxModels(), hubert=None, compile=False, model_dir=tmp_path)
+    with caplog.at_level(logging.INFO, logger="ditto_core.pipeline"):
+        pipeline._with_blink_table(MotionOptions(delta_eye_open_n=-1))
+        assert not caplog.text
+        pipeline._with_blink_table(MotionOptions())  # Ditto's default: random blinks
+    assert str(tmp_path / CONFIG_DIR / CONFIG_FILE) in caplog.text
+    caplog.clear()
     _write(tmp_path / CONFIG_DIR / CONFIG_FILE, {"default_kwargs": {"emo": 4}})
     with caplog.at_level(logging.WARNING, logger=ditto_models.__name__):
         assert ditto_models._load_blink_table(tmp_path) is None

@@ -1,45 +1,62 @@
-// ComfyUI-Ditto front-end extension.
-// After a run, every Ditto node shows how long its stage took and at how many frames per second
-// (the node's UI output "ditto_stats"); nodes that save an MP4 ("ditto_video") play it inline.
+// ComfyUI-Ditto front-end extension: after a run, every Ditto node shows how long its stage took
+// and at how many frames per second (the node's UI output "ditto_stats").
+//
+// The figures are a badge in the node's badge row, the row above the title bar where the frontend
+// lays out its own badges (the node-source pill, the node id) side by side: the frontend places
+// ours next to them at every zoom, so nothing covers it. Saved videos need nothing from here: the
+// save nodes report them as core Save Video does, and the frontend's own preview plays them.
 import { app } from "../../scripts/app.js";
-import { api } from "../../scripts/api.js";
 
 const STATS_KEY = "ditto_stats";
-const VIDEO_KEY = "ditto_video";
-const PREVIEW_WIDGET = "ditto_preview";
+const FONT_SIZE = 12;
+const PADDING = 6;
+const HEIGHT = 20; // the frontend's badge height, so the row stays level
 
 function formatStats(stats) {
   const seconds = stats.seconds < 10 ? stats.seconds.toFixed(2) : stats.seconds.toFixed(1);
   const parts = [`${seconds} s`];
   if (stats.frames !== undefined) parts.push(`${stats.frames} frames`);
-  if (stats.fps) parts.push(`${stats.fps.toFixed(1)} fps`);
+  if (stats.fps) parts.push(`${stats.fps < 1 ? stats.fps.toFixed(2) : stats.fps.toFixed(1)} fps`);
   return parts.join(" · ");
 }
 
-function viewUrl(file) {
-  const query = new URLSearchParams({ filename: file.filename, subfolder: file.subfolder, type: file.type });
-  // The same name is rewritten by a later run with a new counter, but cache-bust anyway.
-  query.set("t", Date.now().toString());
-  return api.apiURL(`/view?${query}`);
-}
-
-function showVideo(node, file) {
-  let widget = node.widgets?.find((w) => w.name === PREVIEW_WIDGET);
-  if (!widget) {
-    const video = document.createElement("video");
-    Object.assign(video, { controls: true, loop: true, muted: true, autoplay: true, playsInline: true });
-    video.style.width = "100%";
-    // Keep the node's aspect in step with the clip once its size is known.
-    video.addEventListener("loadedmetadata", () => {
-      widget.aspect = video.videoHeight / Math.max(1, video.videoWidth);
-      node.setSize([node.size[0], node.computeSize([node.size[0], node.size[1]])[1]]);
-      app.graph.setDirtyCanvas(true, true);
-    });
-    widget = node.addDOMWidget(PREVIEW_WIDGET, "video", video, { serialize: false, hideOnZoom: false });
-    widget.aspect = 1;
-    widget.computeSize = (width) => [width, (width - 20) * widget.aspect + 10];
+// Drawn by the frontend's badge layout (LGraphNode.drawBadges), which asks every badge for its
+// width and then where to draw it.
+class StatsBadge {
+  constructor(text) {
+    this.text = text;
+    this.height = HEIGHT;
+    this.isDittoStats = true;
   }
-  widget.element.src = viewUrl(file);
+
+  get visible() {
+    return !!this.text;
+  }
+
+  getWidth(ctx) {
+    if (!this.visible) return 0;
+    const font = ctx.font;
+    ctx.font = `${FONT_SIZE}px sans-serif`;
+    const width = ctx.measureText(this.text).width + 2 * PADDING;
+    ctx.font = font;
+    return width;
+  }
+
+  draw(ctx, x, y) {
+    if (!this.visible) return;
+    const { font, fillStyle, textAlign, textBaseline } = ctx;
+    const width = this.getWidth(ctx);
+    ctx.fillStyle = "#1d3b23";
+    ctx.beginPath();
+    ctx.roundRect(x, y, width, this.height, 5);
+    ctx.fill();
+    ctx.font = `${FONT_SIZE}px sans-serif`;
+    ctx.fillStyle = "#a6e3a6";
+    ctx.textAlign = "left";
+    ctx.textBaseline = "middle";
+    ctx.fillText(this.text, x + PADDING, y + this.height / 2);
+    Object.assign(ctx, { font, fillStyle, textAlign, textBaseline });
+  }
 }
 
 app.registerExtension({
@@ -47,27 +64,26 @@ app.registerExtension({
   async beforeRegisterNodeDef(nodeType, nodeData) {
     if (nodeData.category !== "Ditto") return;
 
+    const onNodeCreated = nodeType.prototype.onNodeCreated;
+    nodeType.prototype.onNodeCreated = function () {
+      onNodeCreated?.apply(this, arguments);
+      this.badges?.push(() => new StatsBadge(this.dittoStats));
+    };
+
+    // The frontend grows the node to fit the video preview while drawing a frame, and draws
+    // the next frame only on the next input: redraw once more so the node shows its new size.
+    const onResize = nodeType.prototype.onResize;
+    nodeType.prototype.onResize = function () {
+      onResize?.apply(this, arguments);
+      requestAnimationFrame(() => this.setDirtyCanvas(true, true));
+    };
+
     const onExecuted = nodeType.prototype.onExecuted;
     nodeType.prototype.onExecuted = function (output) {
       onExecuted?.apply(this, arguments);
       const stats = output?.[STATS_KEY]?.[0];
       this.dittoStats = stats ? formatStats(stats) : undefined;
-      const video = output?.[VIDEO_KEY]?.[0];
-      if (video) showVideo(this, video);
       this.setDirtyCanvas(true, true);
-    };
-
-    const onDrawForeground = nodeType.prototype.onDrawForeground;
-    nodeType.prototype.onDrawForeground = function (ctx) {
-      onDrawForeground?.apply(this, arguments);
-      if (!this.dittoStats || this.flags?.collapsed) return;
-      ctx.save();
-      ctx.font = "11px sans-serif";
-      ctx.fillStyle = "#8fd18f";
-      ctx.textAlign = "right";
-      // Just above the title bar's right end, out of the way of widgets and sockets.
-      ctx.fillText(this.dittoStats, this.size[0] - 6, -LiteGraph.NODE_TITLE_HEIGHT - 4);
-      ctx.restore();
     };
   },
 });

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from ..atomic_files import folder_lock
 from ..errors import MissingModelError
-from ..model_files import CONFIG_DIR, CONFIG_FILE, find_config, find_network_file, missing_networks_message
+from ..model_files import find_config, find_network_file, missing_networks_message
 from .checkpoints import NETWORKS, build_network, file_identity, load_state
 from .keypoints import EYE_KP, NUM_KP
 from .official_config import blink_table, read_config
@@ -81,9 +81,7 @@ def load_ditto_models(
 def _load_blink_table(model_dir: Path) -> Optional[Tensor]:
     path = find_config(model_dir)
     if path is None:
-        log.info("Procedural blinks need Ditto's config %s (HuggingFace folder %s/); without it the eyes "
-                 "follow the generated motion.", (model_dir / CONFIG_DIR / CONFIG_FILE).resolve(), CONFIG_DIR)
-        return None
+        return None  # blinks off; the pipeline says so when a run asks for them
     table = blink_table(read_config(path), path)
     if table is None:
         log.warning("%s has no default_kwargs['delta_eye_arr'] blink table; procedural blinks are off.", path)

@@ -9,6 +9,7 @@ frames and loads the stored tensors.
 """
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import Optional, Protocol, Sequence
 
@@ -27,6 +28,8 @@ from .face_detector import Faces
 from .image_io import ArrayLike, check_frame_size, fit_size, resize_frames, to_rgb_uint8
 from .options import RegistrationOptions
 from .source_info import SourceInfo
+
+log = logging.getLogger(__name__)
 
 CROP_SIZE = 512
 MIN_FACE_SIZE = 128
@@ -295,12 +298,15 @@ def _eye_measurements(
     if found:
         points = torch.from_numpy(np.stack([meshes[i] for i in found])).to(device)
         eye_open[found], eye_ball[found] = eye_measurements(points.reshape(-1, NUM_MESH_POINTS, 3))
-    if len(found) < count:
-        why = "no face_landmarker.task was loaded" if not meshes else \
-            f"MediaPipe found no face in {count - len(found)} of {count} crop(s)"
+    if not meshes:
+        # The no-detector mode runs without face models by design (random weights, ready crops):
+        # a note, not a warning about a file the mode does not need.
+        log.info("No face_landmarker.task loaded: eye measurements use neutral defaults, so eye openness and "
+                 "gaze do not follow the source (put the file in aux_models/ for them to).")
+    elif len(found) < count:
         warnings.warn(
-            f"Eye measurements use neutral defaults ({why}); eye openness and gaze will not follow the source. "
-            f"Put face_landmarker.task in the aux_models folder, or use a clearer frontal portrait.",
+            f"Eye measurements use neutral defaults (MediaPipe found no face in {count - len(found)} of {count} "
+            f"crop(s)); eye openness and gaze will not follow the source. Use a clearer frontal portrait.",
             UserWarning,
             stacklevel=4,
         )

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
-from typing import Iterable, Optional, Sequence, Tuple, Type, Union
+from typing import Iterable, Mapping, Optional, Sequence, Tuple, Type, Union
 
 import av
 import numpy as np
@@ -248,13 +248,18 @@ class _OutputFile:
     reaps it if this process dies) and its owner deletes it once used.
     """
 
-    def __init__(self, target: PathLike, suffix: str, scratch: bool = False) -> None:
+    def __init__(self, target: PathLike, suffix: str, scratch: bool = False,
+                 metadata: Optional[Mapping[str, str]] = None) -> None:
         self.target = Path(target)
         self.target.parent.mkdir(parents=True, exist_ok=True)
         self.temp = temp_sibling(self.target, suffix=suffix)
         self.scratch = scratch
         try:
-            self.container = av.open(str(self.temp), mode="w", format="mp4")
+            # use_metadata_tags: keep tags under their own names (by default the muxer drops
+            # every key outside its fixed iTunes set).
+            self.container = av.open(str(self.temp), mode="w", format="mp4",
+                                     options={"movflags": "use_metadata_tags"} if metadata else None)
+            self.container.metadata.update(metadata or {})
         except BaseException:
             discard(self.temp)
             raise
@@ -339,6 +344,7 @@ class SegmentEncoder:
     def __init__(
         self, path: PathLike, settings: EncoderSettings, first_frame: int = 0,
         audio: Optional[Tuple[Waveform, int]] = None, scratch: bool = False, whole: bool = False,
+        metadata: Optional[Mapping[str, str]] = None,
     ) -> None:
         if not (isinstance(first_frame, int) and first_frame >= 0):
             raise InputError(f"SegmentEncoder: first_frame must be a non-negative integer, got {first_frame!r}")
@@ -353,7 +359,7 @@ class SegmentEncoder:
         self.packet_bytes = 0
         self._delay: Optional[int] = None
         prepared = prepare_audio(audio) if audio is not None else None
-        self._file = _OutputFile(path, ".part.mp4", scratch)
+        self._file = _OutputFile(path, ".part.mp4", scratch, metadata)
         self._closed = False
         try:
             if prepared is None and not whole:
@@ -531,10 +537,11 @@ class Mp4Joiner:
     """
 
     def __init__(self, path: PathLike, audio: Optional[Tuple[Waveform, int]] = None,
-                 delay: Optional[int] = None, expected_bytes: Optional[int] = None) -> None:
+                 delay: Optional[int] = None, expected_bytes: Optional[int] = None,
+                 metadata: Optional[Mapping[str, str]] = None) -> None:
         self._prepared = prepare_audio(audio) if audio is not None else None
         self._expected_bytes = expected_bytes  # named in a disk-full error
-        self._file = _OutputFile(path, ".part.mp4")
+        self._file = _OutputFile(path, ".part.mp4", metadata=metadata)
         self._delay = delay
         self._video: Optional[av.VideoStream] = None
         self._audio: Optional[_AudioTrack] = None

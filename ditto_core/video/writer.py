@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
-from typing import Dict, List, NoReturn, Optional, Tuple, Type, Union
+from typing import Dict, List, Mapping, NoReturn, Optional, Tuple, Type, Union
 
 import numpy as np
 import torch
@@ -120,6 +120,8 @@ class VideoWriter:
             one segment per encoder, at most 1 GiB.
         expected_frames: the clip's length where the caller knows it: a disk-full error then
             names the space the whole MP4 needs, not only what was written before it struck.
+        metadata: container tags (name -> text), stored as MP4 metadata tags; ComfyUI keeps a
+            render's ``prompt`` and ``workflow`` (JSON) there.
     """
 
     def __init__(
@@ -136,6 +138,7 @@ class VideoWriter:
         segment_frames: Optional[int] = None,
         queue_frames: Optional[int] = None,
         expected_frames: Optional[int] = None,
+        metadata: Optional[Mapping[str, str]] = None,
     ) -> None:
         cores = usable_cores()
         encoders = default_encoders(cores) if encoders is None else encoders
@@ -181,10 +184,10 @@ class VideoWriter:
 
         if parallel:
             self._final: Optional[SegmentEncoder] = None
-            self._joiner: Optional[Mp4Joiner] = Mp4Joiner(self.path, audio)
+            self._joiner: Optional[Mp4Joiner] = Mp4Joiner(self.path, audio, metadata=metadata)
         else:
             self._joiner = None
-            self._final = SegmentEncoder(self.path, self.settings, audio=audio, whole=True)
+            self._final = SegmentEncoder(self.path, self.settings, audio=audio, whole=True, metadata=metadata)
         self._threads = [
             threading.Thread(target=self._encode_loop, name=f"ditto-video-encoder-{i}", daemon=True)
             for i in range(encoders)

@@ -10,6 +10,7 @@ folder_names_and_paths: dict[str, tuple[list[str], set[str]]] = {}
 _output_directory = os.path.join(base_path, "output")
 _user_directory = os.path.join(base_path, "user")
 _temp_directory = os.path.join(base_path, "temp")
+_input_directory = os.path.join(base_path, "input")
 
 
 def set_output_directory(path: str) -> None:
@@ -28,6 +29,13 @@ def set_temp_directory(path: str) -> None:
 
 def get_temp_directory() -> str:
     return _temp_directory
+def set_input_directory(path: str) -> None:
+    global _input_directory
+    _input_directory = path
+
+
+def get_input_directory() -> str:
+    return _input_directory
 
 
 def set_user_directory(path: str) -> None:

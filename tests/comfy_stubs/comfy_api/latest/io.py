@@ -202,8 +202,11 @@ class Schema:
     def __init__(self, node_id: str, display_name: str = None, category: str = "sd", inputs: list = None,
                  outputs: list = None, hidden: list = None, description: str = "", is_input_list: bool = False,
                  is_output_node: bool = False, is_deprecated: bool = False, is_experimental: bool = False,
-                 is_api_node: bool = False, not_idempotent: bool = False, enable_expand: bool = False):
+                 is_api_node: bool = False, not_idempotent: bool = False, enable_expand: bool = False,
+                 search_aliases: list = None):
+        # search_aliases: as in the newer ComfyUI versions that have it (older ones reject it).
         self.node_id, self.display_name, self.category = node_id, display_name, category
+        self.search_aliases = search_aliases or []
         self.inputs, self.outputs, self.hidden = inputs or [], outputs or [], hidden
         self.description, self.is_output_node, self.not_idempotent = description, is_output_node, not_idempotent
         self.is_input_list, self.is_deprecated, self.is_experimental = is_input_list, is_deprecated, is_experimental
