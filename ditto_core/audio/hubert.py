@@ -162,6 +162,7 @@ class HubertFeatureExtractor:
             index = torch.cuda.current_device() if self.device.index is None else self.device.index
             self.device = torch.device("cuda", index)
         self.window = window
+        self.model_path = path  # a second extractor (another thread's) opens its own session from it
         wants_cuda = self.device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers()
         stream = torch.cuda.Stream(self.device) if wants_cuda else None
         session = _open_session(path, stream)
@@ -243,6 +244,40 @@ class HubertFeatureExtractor:
         require_finite(audio, name, SAMPLE_RATE)
         warn_on_level(audio, name)
 
+    @torch.no_grad()
+    def encode_window(self, samples: Tensor) -> Tensor:
+        """Features of one streaming window, the unit of Ditto's online ``run_chunk``.
+
+        Args:
+            samples: float ``(window.num_samples,)`` 16 kHz speech (6480 samples: past, valid
+                and future context), any device; checked for shape only (the caller streams).
+
+        Returns:
+            ``(window.valid, 1024)`` float32 on ``self.device``: the valid frames' features.
+        """
+        if samples.shape != (self.window.num_samples,):
+            raise InputError(
+                f"a streaming HuBERT window has {self.window.num_samples} samples, got shape "
+                f"{tuple(samples.shape)}"
+            )
+        audio = samples.detach().to(self._compute_device, torch.float32).view(1, -1)
+        if self._stream is None:
+            return self._valid_features(audio).to(self.device)
+        caller = torch.cuda.current_stream(self.device)
+        self._stream.wait_stream(caller)
+        audio.record_stream(self._stream)
+        with torch.cuda.stream(self._stream):
+            # A new tensor: the runner's row buffer is overwritten by the next window.
+            features = self._valid_features(audio)
+        caller.wait_stream(self._stream)
+        features.record_stream(caller)
+        return features
+
+    def _valid_features(self, window_samples: Tensor, out: Optional[Tensor] = None) -> Tensor:
+        """``(1, num_samples)`` on the compute device -> ``(valid, 1024)``: row pairs averaged (50 -> 25 Hz)."""
+        pairs = self._window_rows(window_samples).view(self.window.valid, HUBERT_ROWS_PER_FRAME, HUBERT_DIM)
+        return torch.mean(pairs, dim=1, out=out)
+
     def _encode(self, audio: Tensor, progress: Optional[ProgressCallback]) -> Tensor:
         """``audio`` float32 ``(samples,)`` on the compute device -> ``(frames, 1024)`` float32."""
         window = self.window
@@ -251,9 +286,8 @@ class HubertFeatureExtractor:
         padded = F.pad(audio, (window.pad_before, window.pad_after))
         features = torch.empty(len(starts) * window.valid, HUBERT_DIM, device=audio.device)
         for k, start in enumerate(starts):
-            rows = self._window_rows(padded[start : start + window.num_samples].view(1, -1))
-            pairs = rows.view(window.valid, HUBERT_ROWS_PER_FRAME, HUBERT_DIM)
-            torch.mean(pairs, dim=1, out=features[k * window.valid : (k + 1) * window.valid])
+            self._valid_features(padded[start : start + window.num_samples].view(1, -1),
+                                 out=features[k * window.valid : (k + 1) * window.valid])
             report(progress, k + 1, len(starts))
         return features[:num_frames]
 
