@@ -1,4 +1,4 @@
-"""Command line: ``python -m ditto_core {render,convert-weights} ...``.
+"""Command line: ``python -m ditto_core {render,convert-weights,serve} ...``.
 
 Headless use without ComfyUI: the same library calls the nodes make.
 """
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from .errors import DittoError
+from .live import server as live_server
 
 
 def _add_render(sub: argparse._SubParsersAction) -> None:
@@ -68,9 +69,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_render(sub)
     _add_convert(sub)
+    live_server.add_parser(sub)
     args = parser.parse_args(argv)
     try:
-        return {"render": _render, "convert-weights": _convert}[args.command](args)
+        return {"render": _render, "convert-weights": _convert, "serve": live_server.run}[args.command](args)
     except DittoError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -164,11 +164,17 @@ class LiveRuntime:
         max_streams: streams admitted at once; one more is refused with :class:`CapacityError`.
         renderer: frames for a round's jobs; default :class:`EngineRenderer` on the pipeline.
         encoder_threads: JPEG encoders working in parallel.
+        compile: compile warp+decode (default: the pipeline's setting).
+        batch_ladder: the compiled warp+decode batch sizes (:data:`BATCH_LADDER`).
+        sampler_factory: the window sampler for a stream's options (default: a
+            :class:`DDIMSampler` per setting, owned by the runtime); streams with the same
+            sampler have their windows batched.
     """
 
     def __init__(
         self, pipeline, max_streams: int = 4, renderer: Optional[FrameRenderer] = None, encoder_threads: int = 4,
         compile: Optional[bool] = None, batch_ladder: tuple[int, ...] = BATCH_LADDER,
+        sampler_factory: Optional[Callable[[MotionOptions], DDIMSampler]] = None,
     ) -> None:
         if not (isinstance(max_streams, int) and max_streams >= 1):
             raise InputError(f"max_streams must be a positive integer, got {max_streams!r}.")
@@ -179,6 +185,8 @@ class LiveRuntime:
         self.hubert = HubertFeatureExtractor(pipeline.hubert.model_path, pipeline.hubert.device)
         self.renderer = renderer or EngineRenderer(models, pipeline.compile if compile is None else compile, batch_ladder)
         self._samplers: dict[tuple, DDIMSampler] = {}
+        if sampler_factory is not None:
+            self.sampler = sampler_factory
         with torch.inference_mode():
             silent = torch.zeros(self.hubert.window.num_samples)
             self._silence_window = self.hubert.encode_window(silent)  # (5, 1024): every all-zero window's

@@ -42,7 +42,7 @@ def pcm_to_float(pcm: Pcm, name: str = "live audio") -> Tensor:
     if isinstance(pcm, (bytes, bytearray, memoryview)):
         if len(pcm) % 2:
             raise InputError(f"{name}: PCM16 data has an odd number of bytes ({len(pcm)}); send whole samples.")
-        pcm = np.frombuffer(pcm, dtype="<i2")
+        pcm = np.frombuffer(pcm, dtype="<i2").copy()
     samples = torch.as_tensor(np.asarray(pcm)) if not isinstance(pcm, Tensor) else pcm.detach().cpu()
     if samples.dtype == torch.int16:
         samples = samples.to(torch.float32) / 32768
@@ -107,6 +107,7 @@ class AvatarStream:
     def push_audio(self, pcm: Pcm, sample_rate: int) -> None:
         """Queue speech: any number of samples at any rate (one rate per stream; resampled to 16 kHz)."""
         rate = check_sample_rate(sample_rate, "live audio")
+        samples = pcm_to_float(pcm)  # checked before the stream commits to a rate
         if self._rate is None:
             self._rate = rate
             if rate != SAMPLE_RATE:
@@ -118,7 +119,6 @@ class AvatarStream:
                 f"live audio: the sample rate changed from {self._rate} Hz to {rate} Hz; a stream takes one "
                 "rate. Resample on the client or open a new stream."
             )
-        samples = pcm_to_float(pcm)
         if self._resampler is not None:
             samples = torch.from_numpy(self._resampler.resample_chunk(samples.numpy(), last=False).copy())
         if samples.numel():
