@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from comfy_api.latest import ComfyExtension, io
 
-from . import all_in_one, audio_nodes, model_nodes, motion_nodes, output_nodes, render_nodes, source_nodes
+from . import all_in_one, audio_nodes, live_nodes, model_nodes, motion_nodes, output_nodes, render_nodes, source_nodes
 from .paths import register_model_folder
 
 NODE_CLASSES: list[type[io.ComfyNode]] = [
@@ -19,11 +19,15 @@ NODE_CLASSES: list[type[io.ComfyNode]] = [
     *render_nodes.NODES,
     *output_nodes.NODES,
     *all_in_one.NODES,
+    *live_nodes.NODES,
 ]
 
 
 class DittoExtension(ComfyExtension):
     """The Ditto node pack."""
+
+    async def on_load(self) -> None:
+        live_nodes.register_live_routes()  # /ditto/live on ComfyUI's own server
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
         register_model_folder()  # before any schema lists the model folders
