@@ -475,14 +475,41 @@ class LiveRuntime:
         return jobs
 
     def _sample(self, group: list[tuple[StreamState, MotionWindow]]) -> Tensor:
-        """One batched DDIM call for windows of several streams: (B, 80, 265)."""
+        """One batched DDIM call for windows of several streams: (B, 80, 265).
+
+        The batch is padded (with copies of its last window) to a power of two, so a sampler sees
+        a handful of shapes, each recorded (and compiled) once, whatever the number of streams.
+        """
         sampler = group[0][0].sampler
         kp = torch.cat([w.kp_cond for _, w in group])
         cond = torch.stack([w.cond for _, w in group])
         x_T = torch.cat([torch.randn((1, WINDOW, MOTION_DIM), generator=s.generator, device=self.device)
                          for s, _ in group])
         noise = torch.cat([s.noise for s, _ in group], dim=1)
-        return sampler.sample(kp, cond, x_T, noise)
+        n = len(group)
+        size = lmdm_batch(n)
+        if size > n:
+            kp, cond, x_T = (torch.cat([t, t[-1:].expand(size - n, *t.shape[1:])]) for t in (kp, cond, x_T))
+            noise = torch.cat([noise, noise[:, -1:].expand(-1, size - n, -1, -1)], dim=1)
+        return sampler.sample(kp, cond, x_T, noise)[:n]
+
+    def warm_up(self, source: SourceInfo, options: MotionOptions) -> None:
+        """Record every sampler batch size up to ``max_streams`` and compile every render size, so
+        that no stream waits for a compilation (call before serving; minutes when nothing is cached)."""
+        with torch.inference_mode():
+            sampler = self.sampler(options)
+            kp = build_kp_condition(source.to(self.device))
+            cond = torch.zeros(1, WINDOW, self.pipeline.models.cond_dim, device=self.device)
+            size = 1
+            while True:
+                x = torch.zeros(size, WINDOW, MOTION_DIM, device=self.device)
+                sampler.sample(kp.expand(size, -1), cond.expand(size, -1, -1), x, torch.zeros(sampler.noise_shape(size),
+                                                                                               device=self.device))
+                if size >= self.max_streams:
+                    break
+                size = lmdm_batch(size + 1)
+            if hasattr(self.renderer, "warm_up"):
+                self.renderer.warm_up(source.to(self.device))
 
     def _release(self, state: StreamState, window: MotionWindow, pred: Tensor, now: float) -> Optional[RenderJob]:
         first = state.motion.frames_out
@@ -560,6 +587,11 @@ class LiveRuntime:
             return
         future = self._encoders.submit(_encode_jpeg, frame, image, state.config.quality)
         state.deliver((job.epoch, future))
+
+
+def lmdm_batch(windows: int) -> int:
+    """The sampler batch size ``windows`` windows are padded to: the next power of two."""
+    return 1 << max(0, windows - 1).bit_length()
 
 
 def _encode_jpeg(frame: LiveFrame, image: Tensor, quality: int) -> LiveFrame:
