@@ -97,10 +97,11 @@ def test_page_streams_the_microphone_and_shows_frames(live_server, example_dir, 
     import cv2
 
     image = cv2.imread(str(shot))[:, :, ::-1]
-    assert image.shape[:2] == (240, 320)
+    assert abs(image.shape[0] - 240) <= 2 and abs(image.shape[1] - 320) <= 2  # CSS pixel rounding
     orange = np.abs(image.astype(int) - STRIPE).sum(axis=2) < 60
     assert orange.mean() > 0.8  # the canvas shows the frames...
     assert (image.sum(axis=2) < 150).any(axis=0).sum() >= 4  # ...with their dark bar
-    # the microphone's speech reached the server: the stream made frames beyond the idle ones
+    # the microphone's speech went to the server and came back with the frames
+    assert live["speechFrames"] >= 5
     assert sum(m.kp_driving.shape[0] for ms in renderer.motions.values() for _, m in ms) >= 15
     Path("/tmp/ditto_live_page.png").write_bytes(shot.read_bytes())  # for a human look

@@ -146,7 +146,7 @@ def _close(messages):
     return [t for t in texts if t["type"] == "error"]
 
 
-@pytest.mark.reliability(area="live", case="malformed or invalid control messages",
+@pytest.mark.reliability(area="Live streams", case="malformed or invalid control messages",
                          behaviour="error message naming the field, then close 4400/4404/4413")
 @pytest.mark.parametrize("first, then, code, words", [
     (b"\x00\x01", None, "bad_request", "must be text"),
@@ -186,7 +186,7 @@ def test_bad_messages_get_a_clear_error_and_close(pipeline, first, then, code, w
     assert all(r.active_streams == 0 for r in runtimes)
 
 
-@pytest.mark.reliability(area="live", case="a client that never sends the open message",
+@pytest.mark.reliability(area="Live streams", case="a client that never sends the open message",
                          behaviour="closed with 4400 after the open timeout")
 def test_silent_client_is_closed_after_the_open_timeout(pipeline):
     avatars = _avatars(pipeline)
@@ -201,7 +201,7 @@ def test_silent_client_is_closed_after_the_open_timeout(pipeline):
     assert code == 4400 and "no open message" in _close(messages)[0]["message"]
 
 
-@pytest.mark.reliability(area="live", case="more streams than the device admits",
+@pytest.mark.reliability(area="Live streams", case="more streams than the device admits",
                          behaviour="refused with 4429 and a message; the running stream is unaffected")
 def test_streams_beyond_capacity_are_refused_and_the_others_keep_going(pipeline):
     avatars = _avatars(pipeline, max_streams=1)
@@ -222,7 +222,7 @@ def test_streams_beyond_capacity_are_refused_and_the_others_keep_going(pipeline)
     assert texts[-1]["type"] == "end" and len(frames) == texts[-1]["frames"] > 0
 
 
-@pytest.mark.reliability(area="live", case="stream endpoint with a token",
+@pytest.mark.reliability(area="Live streams", case="stream endpoint with a token",
                          behaviour="wrong or missing token: 4401 / HTTP 401; the right token streams")
 def test_token_is_required_when_set(pipeline):
     avatars = _avatars(pipeline)
@@ -260,7 +260,7 @@ def test_without_a_token_only_this_machine_is_served():
     assert not _authorized(_Request("127.0.0.1", {"token": "u"}), "t")
 
 
-@pytest.mark.reliability(area="live", case="a client that stops reading frames",
+@pytest.mark.reliability(area="Live streams", case="a client that stops reading frames",
                          behaviour="its stream pauses (bounded queues), then it is closed with 4408 and freed")
 def test_client_that_stops_reading_is_closed_and_freed(pipeline):
     avatars = _avatars(pipeline)
@@ -287,7 +287,7 @@ def test_client_that_stops_reading_is_closed_and_freed(pipeline):
     assert code == 4408 and "took no frames" in _close((texts, frames))[0]["message"]
 
 
-@pytest.mark.reliability(area="live", case="a client that disconnects mid-stream",
+@pytest.mark.reliability(area="Live streams", case="a client that disconnects mid-stream",
                          behaviour="its stream and queued work are freed; the server keeps serving")
 def test_disconnect_mid_stream_frees_everything(pipeline):
     avatars = _avatars(pipeline)
@@ -314,7 +314,7 @@ def test_disconnect_mid_stream_frees_everything(pipeline):
     assert freed and ready == "ready"
 
 
-@pytest.mark.reliability(area="live", case="NaN or non-PCM audio pushed through the Python API",
+@pytest.mark.reliability(area="Live streams", case="NaN or non-PCM audio pushed through the Python API",
                          behaviour="InputError naming the problem; the stream stays usable")
 def test_python_api_refuses_bad_audio(pipeline):
     runtime = LiveRuntime(pipeline, max_streams=1, renderer=RecordingRenderer(),
