@@ -25,6 +25,7 @@ from ditto_core.motion.motion_options import MotionOptions
 from tests.live_support import ProjectionSampler, RecordingRenderer, light_pipeline, projection
 from tests.test_audio_hubert import _oracle, _stub_rows
 from tests.test_conditions import random_source
+from tests.test_lmdm_sampler import reference_join
 from tests.test_motion_stitch import _reference_stitch, _sequential_fixed_schedule
 
 W = 80
@@ -97,14 +98,7 @@ def _reference_online(audio, weights, src, emo_sets, overlap, smooth_k=3):
                                 for k in ("pitch", "yaw", "roll", "t", "exp"))])
     P = projection()
     valid = W - overlap
-    fuse = min(overlap, valid)
-    alpha = (np.arange(fuse) / fuse)[:, None]
-
-    def smooth(seq, s, e):
-        src_, h, n = seq.copy(), smooth_k // 2, seq.shape[0]
-        for i in range(s, e):
-            seq[i, :202] = src_[max(0, i - h) : min(n, i + h + 1), :202].mean(0)
-        return seq
+    fuse = min(overlap, valid)  # online: only the frames right before the new ones (offline: overlap)
 
     audio_feat = _oracle(np.zeros(overlap * 640), weights)
     assert len(audio_feat) == overlap
@@ -132,13 +126,7 @@ def _reference_online(audio, weights, src, emo_sets, overlap, smooth_k=3):
                 real_valid = len(aud)
                 aud = np.concatenate([aud, np.repeat(aud[-1:], W - len(aud), 0)])
             pred = condition(aud, global_idx + cond_idx_start) @ P + 0.5 * kp[None]
-            if res is None:
-                res = smooth(pred.copy(), 0, W)
-            else:
-                n = len(res)
-                res[n - fuse :] = res[n - fuse :] * (1 - alpha) + pred[W - valid - fuse : W - valid] * alpha
-                res = np.concatenate([res, pred[W - valid :]])
-                res = smooth(res, len(res) - valid - fuse, len(res) - valid + 1)
+            res = reference_join(res, pred, valid, fuse, smooth_k)
             kp = res[len(res) - overlap - 1].copy()
             if valid_start is None:
                 valid_start = len(res) - fuse

@@ -495,7 +495,10 @@ class LiveRuntime:
 
     def warm_up(self, source: SourceInfo, options: MotionOptions) -> None:
         """Record every sampler batch size up to ``max_streams`` and compile every render size, so
-        that no stream waits for a compilation (call before serving; minutes when nothing is cached)."""
+        that no stream waits for a compilation (call before serving; minutes when nothing is cached).
+        Nothing to do off CUDA: there is no graph to record."""
+        if self.device.type != "cuda":
+            return
         with torch.inference_mode():
             sampler = self.sampler(options)
             kp = build_kp_condition(source.to(self.device))
@@ -508,8 +511,9 @@ class LiveRuntime:
                 if size >= self.max_streams:
                     break
                 size = lmdm_batch(size + 1)
-            if hasattr(self.renderer, "warm_up"):
-                self.renderer.warm_up(source.to(self.device))
+        if hasattr(self.renderer, "warm_up"):
+            device_source = source.to(self.device)
+            self._on_render_thread(lambda: self.renderer.warm_up(device_source))
 
     def _release(self, state: StreamState, window: MotionWindow, pred: Tensor, now: float) -> Optional[RenderJob]:
         first = state.motion.frames_out
@@ -544,6 +548,7 @@ class LiveRuntime:
 
     def _render_loop(self) -> None:
         try:
+            _cudagraph_thread_state()
             with torch.inference_mode():
                 while True:
                     with self._render_ready:
@@ -553,9 +558,33 @@ class LiveRuntime:
                             return
                         jobs = self._render_queue.popleft()
                         self._render_ready.notify_all()
-                    self._render_round(jobs)
+                    if callable(jobs):  # work that must run on this thread (warm_up)
+                        jobs()
+                    else:
+                        self._render_round(jobs)
         except BaseException as error:
             self._fail_all(error)
+
+    def _on_render_thread(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the render thread (where the engines' CUDA graphs live) and wait for it."""
+        done, failure = threading.Event(), []
+
+        def task() -> None:
+            try:
+                fn()
+            except BaseException as error:  # handed back to the caller
+                failure.append(error)
+            finally:
+                done.set()
+
+        with self._render_ready:
+            self._render_queue.append(task)
+            self._render_ready.notify_all()
+        while not done.wait(timeout=0.5):
+            if self._error is not None or self._stopping:
+                raise DittoError("the live runtime stopped before its warm-up finished")
+        if failure:
+            raise failure[0]
 
     def _render_round(self, jobs: list[RenderJob]) -> None:
         live = [j for j in jobs if j.motion is not None and not j.stream.closed and j.epoch == j.stream.epoch]
@@ -587,6 +616,28 @@ class LiveRuntime:
             return
         future = self._encoders.submit(_encode_jpeg, frame, image, state.config.quality)
         state.deliver((job.epoch, future))
+
+
+def _cudagraph_thread_state() -> None:
+    """Give this thread the CUDA-graph-tree state torch gives its own threads.
+
+    Before torch 2.13 a ``torch.compile(mode="reduce-overhead")`` callable asserts when called
+    from a Python thread that torch did not create (pytorch/pytorch#123177, fixed by #184357);
+    this sets up the same thread-local containers the fix creates lazily. Nothing on 2.13+.
+    """
+    try:
+        from torch._inductor import cudagraph_trees
+    except ImportError:  # a torch without Inductor: nothing is compiled
+        return
+    local = cudagraph_trees.local
+    if hasattr(local, "tree_manager_containers"):
+        return
+    from collections import defaultdict
+
+    local.tree_manager_containers = {}
+    local.tree_manager_locks = defaultdict(threading.Lock)
+    torch._C._stash_obj_in_tls("tree_manager_containers", local.tree_manager_containers)
+    torch._C._stash_obj_in_tls("tree_manager_locks", local.tree_manager_locks)
 
 
 def lmdm_batch(windows: int) -> int:

@@ -333,9 +333,17 @@ class _Session:
                 return
 
 
+def _aiohttp_web():
+    try:
+        from aiohttp import web
+    except ImportError:
+        raise DittoError("the live server needs aiohttp: pip install aiohttp (ComfyUI already has it).") from None
+    return web
+
+
 def add_live_routes(routes, avatars: LiveAvatars, token: Optional[str] = None, limits: Limits = Limits()) -> None:
     """Register the live routes on an aiohttp ``RouteTableDef`` (ComfyUI's ``PromptServer.instance.routes``)."""
-    from aiohttp import web
+    web = _aiohttp_web()
 
     @routes.get(PREFIX)
     async def live_page(request):
@@ -365,7 +373,7 @@ _UNAUTHORIZED = ("this live server needs its token: connect with ?token=... (cli
 
 def create_app(avatars: LiveAvatars, token: Optional[str] = None, limits: Limits = Limits()):
     """The standalone aiohttp application; shutting it down stops the avatars' runtimes."""
-    from aiohttp import web
+    web = _aiohttp_web()
 
     app = web.Application()
     routes = web.RouteTableDef()
@@ -403,8 +411,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aiohttp import web
-
+    web = _aiohttp_web()
     from ..pipeline import DTYPES, DittoPipeline
     from ..registration.image_io import load_source
     from ..registration.options import RegistrationOptions
@@ -434,6 +441,9 @@ def run(args: argparse.Namespace) -> int:
         for name, path in avatar_specs:
             frames, is_image = load_source(path)
             avatars.publish(name, pipeline, pipeline.register(frames, registration, is_image=is_image, name=str(path)))
+        if avatar_specs:  # record the graphs and compile the engines before the first client
+            runtime, source = avatars.open(avatar_specs[0][0])
+            runtime.warm_up(source, MotionOptions())
         app = create_app(avatars, token=args.token)
         print(f"Ditto live: serving http://{args.host}:{args.port}{PREFIX} (avatars: {', '.join(avatars.ids()) or 'none'})",
               flush=True)

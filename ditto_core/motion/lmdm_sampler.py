@@ -110,7 +110,9 @@ class _CapturedWindow:
             result = run(*self.inputs)
         torch.cuda.current_stream().wait_stream(side)
         result.record_stream(torch.cuda.current_stream())  # made on the side stream, used on this one
-        with torch.cuda.graph(self.graph):
+        # thread_local: another thread (a live runtime's renderer) may use the device meanwhile;
+        # its work is on other streams and stays out of this recording.
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self.output = run(*self.inputs)
         return result
 
