@@ -21,6 +21,7 @@ import torch
 
 from ditto_core.audio.hubert import HUBERT_ONNX_NAME
 from ditto_core.live import AvatarStream, LiveRuntime, OnlineAudio, StreamConfig
+from ditto_core.live.runtime import lmdm_batch
 from ditto_core.motion.motion_options import MotionOptions
 from tests.live_support import ProjectionSampler, RecordingRenderer, light_pipeline, projection
 from tests.test_audio_hubert import _oracle, _stub_rows
@@ -267,3 +268,7 @@ def test_idle_animates_silence_and_clear_drops_queued_speech(pipeline):
     # speech stops with the clear: the last frames shown are silent again
     assert not any(f.audio.any() for f in after[-5:])
     assert runtime.active_streams == 0
+
+
+def test_sampler_batches_are_padded_to_powers_of_two():
+    assert [lmdm_batch(n) for n in (1, 2, 3, 4, 5, 8, 9, 12, 17)] == [1, 2, 4, 4, 8, 8, 16, 16, 32]

@@ -92,7 +92,7 @@ async def _open(session, url, **fields):
     return ws
 
 
-async def _until_closed(ws, timeout=10.0):
+async def _until_closed(ws, timeout=30.0):
     """Every message up to the close: (texts as dicts, frames as tuples)."""
     texts, frames = [], []
     while True:
@@ -115,7 +115,7 @@ def test_stream_round_trip(pipeline):
             async with session.get(url) as response:
                 assert response.status == 200 and "Ditto live avatar" in await response.text()
             ws = await _open(session, url, sample_rate=48000, max_size=100)
-            ready = json.loads((await ws.receive(timeout=10)).data)
+            ready = json.loads((await ws.receive(timeout=30)).data)
             assert ready["type"] == "ready" and (ready["height"], ready["width"]) == (80, 100)
             audio = _pcm(3.0)  # 1 s at 48 kHz
             for i in range(0, len(audio), 1922):  # 961 samples at a time
@@ -172,7 +172,7 @@ def test_bad_messages_get_a_clear_error_and_close(pipeline, first, then, code, w
             ws = await session.ws_connect(url + "/ws")
             await (ws.send_bytes(first) if isinstance(first, bytes) else ws.send_str(first))
             if then is not None:
-                assert json.loads((await ws.receive(timeout=10)).data)["type"] == "ready"
+                assert json.loads((await ws.receive(timeout=30)).data)["type"] == "ready"
                 await (ws.send_bytes(then) if isinstance(then, bytes) else ws.send_str(then))
             messages = await _until_closed(ws)
             return messages, ws.close_code
@@ -209,7 +209,7 @@ def test_streams_beyond_capacity_are_refused_and_the_others_keep_going(pipeline)
     async def run():
         async with serving(avatars) as (session, url):
             first = await _open(session, url)
-            assert json.loads((await first.receive(timeout=10)).data)["type"] == "ready"
+            assert json.loads((await first.receive(timeout=30)).data)["type"] == "ready"
             second = await _open(session, url)
             refused = await _until_closed(second), second.close_code
             await first.send_bytes(_pcm(0.5))
@@ -235,7 +235,7 @@ def test_token_is_required_when_set(pipeline):
             refused = await _until_closed(wrong), wrong.close_code
             ws = await session.ws_connect(url + "/ws?token=s3cret")
             await ws.send_str(json.dumps({"type": "open", "avatar": "anna"}))
-            ready = json.loads((await ws.receive(timeout=10)).data)
+            ready = json.loads((await ws.receive(timeout=30)).data)
             await ws.close()
             headers = {"Authorization": "Bearer s3cret"}
             async with session.get(url + "/avatars", headers=headers) as response:
@@ -268,7 +268,7 @@ def test_client_that_stops_reading_is_closed_and_freed(pipeline):
     async def run():
         async with serving(avatars, limits=Limits(stall_timeout_s=0.5)) as (session, url):
             ws = await _open(session, url, avatar="wide")  # large frames fill the socket's buffers quickly
-            assert json.loads((await ws.receive(timeout=10)).data)["type"] == "ready"
+            assert json.loads((await ws.receive(timeout=30)).data)["type"] == "ready"
             for _ in range(8):
                 await ws.send_bytes(_pcm(1.0))
             runtime = next(iter(avatars._runtimes.values()))
@@ -295,9 +295,9 @@ def test_disconnect_mid_stream_frees_everything(pipeline):
     async def run():
         async with serving(avatars) as (session, url):
             ws = await _open(session, url)
-            assert json.loads((await ws.receive(timeout=10)).data)["type"] == "ready"
+            assert json.loads((await ws.receive(timeout=30)).data)["type"] == "ready"
             await ws.send_bytes(_pcm(3.0))
-            await ws.receive(timeout=10)  # a frame is out: the stream is busy
+            await ws.receive(timeout=30)  # a frame is out: the stream is busy
             await ws.close()
             runtime = next(iter(avatars._runtimes.values()))
             deadline = time.monotonic() + 10
@@ -305,7 +305,7 @@ def test_disconnect_mid_stream_frees_everything(pipeline):
                 await asyncio.sleep(0.05)
             freed = runtime.active_streams == 0
             again = await _open(session, url)
-            ready = json.loads((await again.receive(timeout=10)).data)["type"]
+            ready = json.loads((await again.receive(timeout=30)).data)["type"]
             await again.close()
             return freed, ready
 
