@@ -682,16 +682,20 @@ class EngineRenderer:
         return self._engines[size]
 
     def warm_up(self, source: SourceInfo) -> None:
-        """Compile (or load from the compile cache) every ladder size before streams arrive."""
+        """Compile (or load from the compile cache) every ladder size before streams arrive, in both
+        forms: one feature volume shared by the batch, and one volume per frame (several avatars)."""
         with torch.inference_mode():
             kp = source.motion.kp[:1].reshape(1, -1, 3).to(self.models.device, torch.float32)
             for size in self.ladder:
                 engine = self.engine(size)
-                engine.render_batch(source.f_s[:1], kp.expand(size, -1, -1), kp.expand(size, -1, -1))
+                kp_batch = kp.expand(size, -1, -1)
+                for volumes in (source.f_s[:1], source.f_s[:1].expand(size, *source.f_s.shape[1:])):
+                    engine.render_batch(volumes, kp_batch, kp_batch)
 
     def render(self, jobs: list[RenderJob]) -> list[Tensor]:
         f_s, kp_s, kp_d = [], [], []
-        shared = len({id(j.stream.source) for j in jobs}) == 1 and len(jobs[0].stream.source) == 1
+        # One avatar's single volume (however many streams show it) is expanded inside the graph.
+        shared = len({j.stream.source.f_s.data_ptr() for j in jobs}) == 1 and len(jobs[0].stream.source) == 1
         for job in jobs:
             source, motion = job.stream.source, job.motion
             if not shared:
