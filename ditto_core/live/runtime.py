@@ -135,7 +135,7 @@ class StreamState:
     deliver: Callable[[object], None]  # called from worker threads with a LiveFrame future, an error or None
     speech: SampleTimeline = field(default_factory=SampleTimeline)  # what each frame's audio slice is cut from
     lock: threading.Lock = field(default_factory=threading.Lock)
-    pending: list[Tensor] = field(default_factory=list)  # 16 kHz speech pushed, not yet taken by the worker
+    pending: list[tuple[Tensor, float]] = field(default_factory=list)  # (16 kHz speech, push time), not yet taken
     pending_samples: int = 0
     end_requested: bool = False
     clear_requested: bool = False
@@ -285,7 +285,7 @@ class LiveRuntime:
                     f"the stream already buffers {state.buffered_seconds():.1f} s of speech that is not animated "
                     f"yet (limit {limit:g} s): push audio no faster than real time, or read the frames."
                 )
-            state.pending.append(samples_16k)
+            state.pending.append((samples_16k, now))
             state.pending_samples += samples_16k.shape[0]
             state.next_silence = now + state.audio.hop / SAMPLE_RATE
         self._notify()
@@ -406,10 +406,10 @@ class LiveRuntime:
             state.speech.truncate(cut)
             state.speech.append(torch.zeros(max(0, resume - state.speech.end)))
             state.push_times.clear()
-        for samples in pending:
+        for samples, pushed in pending:
             state.audio.push(samples)
             state.speech.append(samples)
-            state.push_times.append((state.audio.received, now))
+            state.push_times.append((state.audio.received, pushed))
         if end and not state.audio.ended:
             state.audio.end()
         idle = state.config.idle and not state.audio.ended and not pending and not state.audio.has_window()
