@@ -39,7 +39,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_common import emit  # noqa: E402
 from ditto_core.audio.hubert import HubertFeatureExtractor  # noqa: E402
 from ditto_core.live import AvatarStream, LiveRuntime, StreamConfig  # noqa: E402
-from ditto_core.live.runtime import output_size  # noqa: E402
 from ditto_core.motion.motion_options import MotionOptions  # noqa: E402
 from ditto_core.pipeline import DTYPES, DittoPipeline  # noqa: E402
 from ditto_core.registration.image_io import load_source  # noqa: E402
@@ -199,7 +198,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=25)
     parser.add_argument("--lmdm-precision", default="bf16", choices=("fp32", "tf32", "bf16"))
     parser.add_argument("--no-lmdm-compile", action="store_true")
-    parser.add_argument("--max-size", type=int, default=512, help="longest side of the frames sent (JPEG)")
+    parser.add_argument("--max-size", type=int, default=512, help="longest side of the frames sent")
+    parser.add_argument("--output", choices=("jpeg", "h264"), default="jpeg", help="how frames are encoded")
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 4, 8, 12, 16, 20, 24])
     parser.add_argument("--seconds", type=float, default=12.0, help="speech per stream in the concurrency part")
     parser.add_argument("--minutes", type=float, default=5.0, help="speech in the long-stream memory part")
@@ -224,7 +224,7 @@ def main() -> None:
         runtime = LiveRuntime(pipeline, max_streams=max(args.streams), renderer=_NoiseRenderer() if args.quick else None)
         options = MotionOptions(steps=args.steps, sampler_precision=args.lmdm_precision,
                                 sampler_compile=not args.no_lmdm_compile and compile_ok)
-        config = StreamConfig(output="jpeg", max_size=args.max_size, idle=False)
+        config = StreamConfig(output=args.output, max_size=args.max_size, idle=False)
         runtime.warm_up(source, options)
         asyncio.run(_warm(runtime, source, options, config, 1))
         result = {
@@ -232,7 +232,7 @@ def main() -> None:
             "torch": torch.__version__, "precision": args.precision, "steps": args.steps,
             "lmdm_precision": args.lmdm_precision, "lmdm_compile": options.sampler_compile,
             "hubert": str(args.hubert or "stand-in"), "hubert_provider": runtime.hubert.execution_provider,
-            "frame_size": list(output_size(*source.frames.shape[1:3], args.max_size)), "setup_s": round(time.monotonic() - setup, 1),
+            "output": args.output, "frame_size": list(config.frame_size(*source.frames.shape[1:3])), "setup_s": round(time.monotonic() - setup, 1),
         }
         result["first_frame"] = first_frame(runtime, source, options, config)
         print(result["first_frame"], flush=True)
@@ -250,8 +250,8 @@ class _NoiseRenderer:
     """--quick: frames of noise at the output size instead of warp+decode (seconds a frame on a CPU)."""
 
     def render(self, jobs):
-        return [torch.randint(0, 256, (j.motion.kp_driving.shape[0], *output_size(
-            *j.stream.source.frames.shape[1:3], j.stream.config.max_size), 3), dtype=torch.uint8) for j in jobs]
+        return [torch.randint(0, 256, (j.motion.kp_driving.shape[0], *j.stream.config.frame_size(
+            *j.stream.source.frames.shape[1:3]), 3), dtype=torch.uint8) for j in jobs]
 
 
 if __name__ == "__main__":

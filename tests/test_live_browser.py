@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import torch
 
-from ditto_core.live.runtime import output_size
 from ditto_core.live.server import LiveAvatars, create_app
 from tests.live_support import ProjectionSampler, RecordingRenderer, light_pipeline
 from tests.test_live_server import _portrait
@@ -35,7 +34,7 @@ class StripedRenderer(RecordingRenderer):
         out = []
         for job in jobs:
             k = job.motion.kp_driving.shape[0]
-            h, w = output_size(*job.stream.source.frames.shape[1:3], job.stream.config.max_size)
+            h, w = job.stream.config.frame_size(*job.stream.source.frames.shape[1:3])
             frames = torch.tensor(STRIPE, dtype=torch.uint8).expand(k, h, w, 3).clone()
             for i in range(k):
                 x = (job.first_frame + i) * 4 % w

@@ -26,7 +26,6 @@ from aiohttp import web
 
 from ditto_core.errors import InputError
 from ditto_core.live import AvatarStream, LiveRuntime, StreamConfig
-from ditto_core.live.runtime import output_size
 from ditto_core.live.server import CLOSE_CODES, Limits, LiveAvatars, _authorized, create_app, unpack_frame
 from tests.live_support import ProjectionSampler, RecordingRenderer, light_pipeline
 from tests.test_conditions import random_source
@@ -42,7 +41,7 @@ class NoiseRenderer(RecordingRenderer):
         super().render(jobs)
         out = []
         for job in jobs:
-            size = output_size(*job.stream.source.frames.shape[1:3], job.stream.config.max_size)
+            size = job.stream.config.frame_size(*job.stream.source.frames.shape[1:3])
             out.append(torch.randint(0, 256, (job.motion.kp_driving.shape[0], *size, 3), dtype=torch.uint8))
         return out
 
@@ -139,6 +138,31 @@ def test_stream_round_trip(pipeline):
         assert image.shape == (80, 100, 3)
         assert len(pcm) == 640 * 2
     assert any(np.frombuffer(f[3], "<i2").any() for f in frames)  # the speech comes back with its frames
+
+
+def test_h264_output_is_one_access_unit_per_frame(pipeline):
+    import av
+
+    avatars = _avatars(pipeline)
+
+    async def run():
+        async with serving(avatars) as (session, url):
+            ws = await _open(session, url, output="h264", max_size=101)  # 101 x 81 -> even: 100 x 80
+            ready = json.loads((await ws.receive(timeout=30)).data)
+            await ws.send_bytes(_pcm(0.5))
+            await ws.send_str(json.dumps({"type": "end"}))
+            return ready, await _until_closed(ws)
+
+    ready, (texts, frames) = asyncio.run(run())
+    avatars.shutdown()
+    assert (ready["width"], ready["height"]) == (100, 80) and texts[-1]["type"] == "end"
+    decoder = av.CodecContext.create("h264", "r")
+    pictures = []
+    for _, _, unit, _ in frames:
+        assert unit.startswith((b"\x00\x00\x00\x01", b"\x00\x00\x01"))  # Annex-B start code
+        pictures += decoder.decode(av.Packet(unit))  # each message decodes on its own: one whole frame
+    pictures += decoder.decode(None)
+    assert len(pictures) == len(frames) and (pictures[0].width, pictures[0].height) == (100, 80)
 
 
 def _close(messages):

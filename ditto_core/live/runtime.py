@@ -24,6 +24,7 @@ import logging
 import threading
 import time
 from collections import deque
+from fractions import Fraction
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol
@@ -70,7 +71,7 @@ class BackpressureError(DittoError):
 class StreamConfig:
     """How one stream's frames come out and how much it may buffer."""
 
-    output: str = "jpeg"  # "jpeg" (encoded bytes) or "rgb" (uint8 tensor on the host)
+    output: str = "jpeg"  # "jpeg" / "h264" (encoded bytes: JPEG, H.264 Annex-B) or "rgb" (uint8 tensor on the host)
     max_size: Optional[int] = None  # longest side of output frames (None: the portrait's size)
     quality: int = 85  # JPEG quality
     idle: bool = True  # animate silence while no speech arrives
@@ -79,14 +80,23 @@ class StreamConfig:
     max_buffered_seconds: float = 30.0  # speech pushed but not yet animated before pushes fail
 
     def __post_init__(self) -> None:
-        if self.output not in ("jpeg", "rgb"):
-            raise InputError(f'output must be "jpeg" or "rgb", got {self.output!r}.')
+        if self.output not in OUTPUTS:
+            raise InputError(f"output must be one of {', '.join(OUTPUTS)}, got {self.output!r}.")
         if self.max_size is not None and not (isinstance(self.max_size, int) and 16 <= self.max_size <= 4096):
             raise InputError(f"max_size must be an integer in [16, 4096] pixels, got {self.max_size!r}.")
         if not (isinstance(self.quality, int) and 1 <= self.quality <= 100):
             raise InputError(f"quality must be an integer in [1, 100], got {self.quality!r}.")
         if not (isinstance(self.overlap, int) and 5 <= self.overlap < WINDOW):
             raise InputError(f"overlap must be an integer in [5, {WINDOW - 1}] frames, got {self.overlap!r}.")
+
+
+    def frame_size(self, height: int, width: int) -> tuple[int, int]:
+        """(H, W) of this stream's frames for a ``height`` x ``width`` portrait (even for H.264's 4:2:0)."""
+        h, w = output_size(height, width, self.max_size)
+        return (max(2, h // 2 * 2), max(2, w // 2 * 2)) if self.output == "h264" else (h, w)
+
+
+OUTPUTS = ("jpeg", "h264", "rgb")
 
 
 @dataclass
@@ -110,7 +120,7 @@ class LiveFrame:
     pts: float  # presentation time in seconds (index / 25)
     audio: Tensor  # (640,) int16: the 16 kHz speech of this frame's 40 ms
     image: Optional[Tensor] = None  # (H, W, 3) uint8 RGB on the host, output "rgb"
-    packet: Optional[bytes] = None  # encoded frame, output "jpeg"
+    packet: Optional[bytes] = None  # encoded frame: a JPEG, or an H.264 Annex-B access unit (pts = index)
 
 
 class FrameRenderer(Protocol):
@@ -151,6 +161,7 @@ class StreamState:
     first_frame_latency: Optional[float] = None
     frames_delivered: int = 0
     silence_windows: int = 0
+    video_encoder: Optional["_H264Encoder"] = None  # output "h264": one encoder per stream, frames in order
 
     def buffered_seconds(self) -> float:
         return (self.pending_samples + max(0, self.audio.received - self.audio.windows_done * self.audio.hop)) / SAMPLE_RATE
@@ -317,6 +328,8 @@ class LiveRuntime:
             state.closed = True
             self._streams.pop(state.id, None)
             self._wake.notify_all()
+        if state.video_encoder is not None:
+            state.video_encoder.close()
 
     def stats(self, state: StreamState) -> dict:
         lat = sorted(state.chunk_latency)
@@ -614,7 +627,12 @@ class LiveRuntime:
             frame.image = image
             state.deliver((job.epoch, frame))
             return
-        future = self._encoders.submit(_encode_jpeg, frame, image, state.config.quality)
+        if state.config.output == "h264":
+            if state.video_encoder is None:
+                state.video_encoder = _H264Encoder(*image.shape[:2])
+            future = state.video_encoder.submit(frame, image)
+        else:
+            future = self._encoders.submit(_encode_jpeg, frame, image, state.config.quality)
         state.deliver((job.epoch, future))
 
 
@@ -653,6 +671,33 @@ def _encode_jpeg(frame: LiveFrame, image: Tensor, quality: int) -> LiveFrame:
         raise DittoError("JPEG encoding of a live frame failed")
     frame.packet = data.tobytes()
     return frame
+
+
+class _H264Encoder:
+    """x264 for one stream (ultrafast, zero latency: one access unit out per frame in, no B-frames),
+    on a thread of its own so that frames stay in order."""
+
+    def __init__(self, height: int, width: int) -> None:
+        import av
+
+        self._av = av
+        self._codec = av.CodecContext.create("libx264", "w")
+        self._codec.width, self._codec.height, self._codec.pix_fmt = width, height, "yuv420p"
+        self._codec.time_base = Fraction(1, FPS)
+        self._codec.options = {"preset": "ultrafast", "tune": "zerolatency", "g": str(2 * FPS)}
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="ditto-live-h264")
+
+    def submit(self, frame: LiveFrame, image: Tensor):
+        return self._thread.submit(self._encode, frame, image)
+
+    def _encode(self, frame: LiveFrame, image: Tensor) -> LiveFrame:
+        picture = self._av.VideoFrame.from_ndarray(image.numpy(), format="rgb24").reformat(format="yuv420p")
+        picture.pts = frame.index
+        frame.packet = b"".join(bytes(packet) for packet in self._codec.encode(picture))
+        return frame
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=False, cancel_futures=True)
 
 
 def output_size(height: int, width: int, max_size: Optional[int]) -> tuple[int, int]:
@@ -718,14 +763,13 @@ class EngineRenderer:
             frames = paste_back(source.frames, renders[start : start + k], source.M_c2o,
                                 source_index=job.motion.source_index)
             start += k
-            out.append(_scaled(frames, job.stream.config.max_size).cpu())
+            out.append(_scaled(frames, job.stream.config.frame_size(*source.frames.shape[1:3])).cpu())
         return out
 
 
-def _scaled(frames: Tensor, max_size: Optional[int]) -> Tensor:
-    """(k, H, W, 3) uint8 -> the same, scaled to :func:`output_size` on the device."""
+def _scaled(frames: Tensor, size: tuple[int, int]) -> Tensor:
+    """(k, H, W, 3) uint8 -> (k, *size, 3) uint8, scaled on the device."""
     height, width = frames.shape[1:3]
-    size = output_size(height, width, max_size)
     if size == (height, width):
         return frames
     images = frames.permute(0, 3, 1, 2).float()

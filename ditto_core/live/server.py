@@ -6,14 +6,14 @@ Routes (the same in both; ComfyUI mounts them on its own server):
 * ``GET /ditto/live/avatars`` -- JSON list of the avatar ids that can be opened;
 * ``GET /ditto/live/ws`` -- the stream. Protocol (docs/LIVE.md has the full text):
 
-  1. client -> ``{"type": "open", "avatar": ID, "sample_rate": 16000, "output": "jpeg",
+  1. client -> ``{"type": "open", "avatar": ID, "sample_rate": 16000, "output": "jpeg" | "h264",
      "max_size": 720, "quality": 85, "idle": true, "options": {...MotionOptions fields...}}``
   2. server -> ``{"type": "ready", "stream": N, "fps": 25, "width": W, "height": H,
      "audio_rate": 16000, "frame_samples": 640}``
   3. client -> binary messages of PCM16 little-endian mono speech at its ``sample_rate``, any
      size up to the message limit; text ``{"type": "end" | "clear" | "stats"}``.
-  4. server -> one binary message per frame (:func:`pack_frame`: header, JPEG, the frame's
-     40 ms of 16 kHz PCM16), text ``{"type": "cleared"}``, ``{"type": "stats", ...}``,
+  4. server -> one binary message per frame (:func:`pack_frame`: header, the JPEG or H.264
+     Annex-B access unit, the frame's 40 ms of 16 kHz PCM16), text ``{"type": "cleared"}``, ``{"type": "stats", ...}``,
      ``{"type": "end", "frames": n}`` after the last frame of an ended stream, and on any
      problem ``{"type": "error", "code": ..., "message": ...}`` followed by a close with the
      code of :data:`CLOSE_CODES`.
@@ -77,7 +77,7 @@ class Limits:
 
 
 def pack_frame(frame: LiveFrame) -> bytes:
-    """One frame as a binary message: header, the image (JPEG), the audio (PCM16 LE, 16 kHz)."""
+    """One frame as a binary message: header, the image (JPEG or H.264), the audio (PCM16 LE, 16 kHz)."""
     image = frame.packet or b""
     audio = frame.audio.numpy().astype("<i2").tobytes()
     return FRAME_HEADER.pack(FRAME_MAGIC, frame.index, frame.pts, len(image), len(audio)) + image + audio
@@ -185,8 +185,8 @@ def _parse_open(msg: dict) -> tuple[str, int, MotionOptions, StreamConfig]:
                               quality=msg.get("quality", 85), idle=bool(msg.get("idle", True)))
     except InputError as error:
         raise _Closed("bad_request", f"open: {error}") from None
-    if config.output != "jpeg":
-        raise _Closed("bad_request", 'open: over WebSocket the output is "jpeg".')
+    if config.output == "rgb":
+        raise _Closed("bad_request", 'open: over WebSocket the output is "jpeg" or "h264".')
     try:
         rate = check_sample_rate(rate, "open: sample_rate")
     except InputError as error:

@@ -90,10 +90,7 @@ class AvatarStream:
     @property
     def frame_size(self) -> tuple[int, int]:
         """(height, width) of the output frames."""
-        from .runtime import output_size
-
-        height, width = self._state.source.frames.shape[1:3]
-        return output_size(height, width, self._state.config.max_size)
+        return self._state.config.frame_size(*self._state.source.frames.shape[1:3])
 
     def _deliver(self, item: object) -> None:
         """Worker threads hand over frames (or the end / an error) here."""
