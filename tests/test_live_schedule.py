@@ -175,6 +175,7 @@ async def _stream_all(runtime, jobs):
     return await asyncio.gather(*(one(*job) for job in jobs))
 
 
+@pytest.mark.slow  # the per-frame float64 stitch loop: about 5 s on 2 cores
 def test_streamed_motion_equals_the_online_reference(pipeline, stub_weights, blink_table):
     """Two streams at once (batched windows), irregular chunk sizes, every frame against the reference."""
     runtime = LiveRuntime(pipeline, max_streams=2, renderer=RecordingRenderer())

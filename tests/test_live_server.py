@@ -371,6 +371,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch
 def test_standalone_server_refuses_a_public_bind_without_a_token():
     result = subprocess.run([sys.executable, "-m", "ditto_core", "serve", "--random-weights", "--host", "0.0.0.0"],
                             cwd=REPO, capture_output=True, text=True, timeout=120)
