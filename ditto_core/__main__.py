@@ -1,4 +1,4 @@
-"""Command line: ``python -m ditto_core {render,download,convert-weights} ...``.
+"""Command line: ``python -m ditto_core {render,download,convert-weights,serve} ...``.
 
 Headless use without ComfyUI: the same library calls the nodes make. Every option is checked
 while the command line is parsed, so a bad value is refused, naming its flag, before any model,
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence, TextIO
 
 from .errors import DittoError
+from .live import server as live_server
 from .signals import exit_status, terminate_as_interrupt
 from .motion.motion_options import EMOTIONS, MAX_STEPS
 from .precision import LMDM_PRECISIONS, NETWORK_PRECISIONS
@@ -323,11 +324,16 @@ def _convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    live_server.add_parser(sub)
+    sub.choices["serve"].set_defaults(run=live_server.run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m ditto_core", description=__doc__,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_render, _add_download, _add_convert):
+    for add in (_add_render, _add_download, _add_convert, _add_serve):
         add(sub)
     return parser
 

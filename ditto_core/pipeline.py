@@ -171,7 +171,7 @@ class DittoPipeline:
         progress: Optional[ProgressCallback] = None,
     ) -> MotionSequence:
         start = time.perf_counter()
-        options = self._with_blink_table(options)
+        options = self.with_blink_table(options)
         cond = build_conditions(audio, source, options, self.models.cond_dim)
         generator = torch.Generator(self.device).manual_seed(options.seed)
         sampler = self.sampler(options.steps, options.sampler_precision, options.sampler_compile)
@@ -183,7 +183,7 @@ class DittoPipeline:
         self.times.record("motion", start, self.device)
         return motion
 
-    def _with_blink_table(self, options: MotionOptions) -> MotionOptions:
+    def with_blink_table(self, options: MotionOptions) -> MotionOptions:
         """``options`` with the models' blink table filled in, as Ditto does with its config.
 
         As in Ditto, the table is used with blinks off too (``delta_eye_open_n == -1``): every

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from comfy_api.latest import ComfyExtension, io
 
-from . import all_in_one, audio_nodes, model_nodes, motion_nodes, output_nodes, render_nodes, source_nodes
+from . import (
+    all_in_one, audio_nodes, live_nodes, model_nodes, motion_nodes, output_nodes, render_nodes, source_nodes,
+)
 from .paths import reap_stale_files, register_model_folder
 from .samples import install_sample_inputs
 
@@ -20,6 +22,7 @@ NODE_CLASSES: list[type[io.ComfyNode]] = [
     *render_nodes.NODES,
     *output_nodes.NODES,
     *all_in_one.NODES,
+    *live_nodes.NODES,
 ]
 
 
@@ -29,6 +32,7 @@ class DittoExtension(ComfyExtension):
     async def on_load(self) -> None:
         register_model_folder()
         reap_stale_files()  # what Ditto runs of a server killed mid-write left behind
+        live_nodes.register_live_routes()  # /ditto/live on ComfyUI's own server
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
         register_model_folder()  # before any schema lists the model folders

@@ -196,32 +196,36 @@ def stub_predict(kp: np.ndarray, window: np.ndarray) -> np.ndarray:
     return window[:, :D] + 0.5 * kp[None, :]
 
 
+def reference_smooth(seq, s, e, smooth_k):
+    """Ditto's ``Audio2Motion._smo``: frames [s, e) of the pose channels, averaged from a copy."""
+    if smooth_k <= 1:
+        return seq
+    src, h, n = seq.copy(), smooth_k // 2, seq.shape[0]
+    for i in range(s, e):
+        seq[i, :202] = src[max(0, i - h) : min(n, i + h + 1), :202].mean(0)
+    return seq
+
+
+def reference_join(res, pred, valid, fuse, smooth_k):
+    """Ditto's ``Audio2Motion.__call__`` after the LMDM: the first window, or ``_fuse`` + ``_smo``."""
+    if res is None:
+        return reference_smooth(pred.copy(), 0, W, smooth_k)
+    alpha = (np.arange(fuse, dtype=np.float32) / max(fuse, 1))[:, None]
+    n = len(res)
+    res[n - fuse :] = res[n - fuse :] * (1 - alpha) + pred[W - valid - fuse : W - valid] * alpha
+    res = np.concatenate([res, pred[W - valid :]])
+    return reference_smooth(res, len(res) - valid - fuse, len(res) - valid + 1, smooth_k)
+
+
 def reference_windowing(kp_source, cond, overlap, smooth_k, fix_kp_cond=0, fix_dims=None):
     """Ditto's offline audio-to-motion loop, transcribed over numpy with :func:`stub_predict`."""
-
-    def smooth(seq, s, e):
-        if smooth_k <= 1:
-            return seq
-        src, h, n = seq.copy(), smooth_k // 2, seq.shape[0]
-        for i in range(s, e):
-            seq[i, :202] = src[max(0, i - h) : min(n, i + h + 1), :202].mean(0)
-        return seq
-
     valid, fuse = W - overlap, overlap
-    alpha = (np.arange(fuse, dtype=np.float32) / max(fuse, 1))[:, None]
     kp, res, idx, clip = kp_source.copy(), None, 0, 0
     while idx < len(cond):
         win = cond[idx : idx + W]
         if len(win) < W:
             win = np.concatenate([win, np.repeat(win[-1:], W - len(win), 0)])
-        pred = stub_predict(kp, win)
-        if res is None:
-            res = smooth(pred.copy(), 0, W)
-        else:
-            n = len(res)
-            res[n - fuse :] = res[n - fuse :] * (1 - alpha) + pred[W - valid - fuse : W - valid] * alpha
-            res = np.concatenate([res, pred[W - valid :]])
-            res = smooth(res, len(res) - valid - fuse, len(res) - valid + 1)
+        res = reference_join(res, stub_predict(kp, win), valid, fuse, smooth_k)
         clip += 1
         last = res[len(res) - overlap - 1].copy()
         if fix_kp_cond and clip % fix_kp_cond == 0:
@@ -231,7 +235,7 @@ def reference_windowing(kp_source, cond, overlap, smooth_k, fix_kp_cond=0, fix_d
         else:
             kp = last
         idx += valid
-    return smooth(res[: len(cond)].copy(), 0, len(cond))
+    return reference_smooth(res[: len(cond)].copy(), 0, len(cond), smooth_k)
 
 
 def _inputs(frames: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

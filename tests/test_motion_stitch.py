@@ -223,8 +223,11 @@ def _driving_frame(v):
     return {"scale": v[0:1] + 1, "pitch": v[1:67], "yaw": v[67:133], "roll": v[133:199], "t": v[199:202], "exp": v[202:265]}
 
 
-def _reference_stitch(vectors, src, net, opts, blink_rows):
-    """Ditto's MotionStitch, one frame at a time (setup/set_Nd/__call__ semantics)."""
+def _reference_stitch(vectors, src, net, opts, blink_rows, d0_vector=None):
+    """Ditto's MotionStitch, one frame at a time (setup/set_Nd/__call__ semantics).
+
+    ``d0_vector``: the relative-driving reference set from outside, as Ditto's online pipeline
+    does (None: the first frame, as offline)."""
     is_image = src.is_image
     use = opts.use_d_keys if opts.use_d_keys is not None else (
         ("exp", "pitch", "yaw", "roll", "t") if is_image else ("exp",))
@@ -256,7 +259,8 @@ def _reference_stitch(vectors, src, net, opts, blink_rows):
 
     sources = _source_frames(src)
     pose_s = (_deg(sources[0]["yaw"]), _deg(sources[0]["pitch"]))
-    d0, fade_dst = None, None
+    d0 = None if d0_vector is None else _driving_frame(np.asarray(d0_vector))
+    fade_dst = None
     kp_s_all, kp_d_all, index = [], [], []
     for i in range(n_frames):
         lap, pos = divmod(i, n_src)

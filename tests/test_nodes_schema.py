@@ -44,7 +44,7 @@ def test_pack_imports_without_comfyui_and_exposes_the_v3_entrypoint():
 
 
 def test_entrypoint_returns_an_extension_with_every_node():
-    assert len(NODES) == len(SCHEMAS) == 12
+    assert len(NODES) == len(SCHEMAS) == 13
     assert all(node_id.startswith("Ditto") for node_id in SCHEMAS)
     assert (REPO / "web" / "ditto.js").is_file()
 
@@ -96,7 +96,8 @@ def test_socket_types_connect_the_stages():
 
 
 def test_output_nodes_and_seed_widgets():
-    assert {n for n, s in SCHEMAS.items() if s.is_output_node} == {"DittoSaveVideo", "DittoTalkingHead", "DittoUnloadModels"}
+    assert {n for n, s in SCHEMAS.items() if s.is_output_node} == {"DittoSaveVideo", "DittoTalkingHead", "DittoUnloadModels",
+                                                                     "DittoPublishLiveAvatar"}
     for node_id in ("DittoLMDMSampler", "DittoTalkingHead"):
         seed = next(i for i in SCHEMAS[node_id].inputs if i.id == "seed")
         assert seed.control_after_generate and seed.max == 2**64 - 1

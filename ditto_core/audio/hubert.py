@@ -245,6 +245,7 @@ class HubertFeatureExtractor:
             index = torch.cuda.current_device() if self.device.index is None else self.device.index
             self.device = torch.device("cuda", index)
         self.window = window
+        self.model_path = path  # a second extractor (another thread's) opens its own session from it
         self.max_batch_windows = 1
         if backend == "auto":
             backend = "torch" if self.device.type == "cuda" else AUTO_BACKEND_ON_CPU
@@ -374,6 +375,41 @@ class HubertFeatureExtractor:
         require_finite(audio, name, SAMPLE_RATE)
         warn_on_level(audio, name)
 
+    @torch.no_grad()
+    def encode_window(self, samples: Tensor) -> Tensor:
+        """Features of one streaming window, the unit of Ditto's online ``run_chunk``.
+
+        Args:
+            samples: float ``(window.num_samples,)`` 16 kHz speech (6480 samples: past, valid
+                and future context), any device; checked for shape only (the caller streams).
+
+        Returns:
+            ``(window.valid, 1024)`` float32 on ``self.device``: the valid frames' features.
+        """
+        if samples.shape != (self.window.num_samples,):
+            raise InputError(
+                f"a streaming HuBERT window has {self.window.num_samples} samples, got shape "
+                f"{tuple(samples.shape)}"
+            )
+        audio = samples.detach().to(self._compute_device, torch.float32).view(1, -1)
+        if self._stream is None:
+            return self._valid_features(audio).to(self.device)
+        caller = torch.cuda.current_stream(self.device)
+        self._stream.wait_stream(caller)
+        audio.record_stream(self._stream)
+        with torch.cuda.stream(self._stream):
+            # A new tensor: the runner's row buffer is overwritten by the next window.
+            features = self._valid_features(audio)
+        caller.wait_stream(self._stream)
+        features.record_stream(caller)
+        return features
+
+    def _valid_features(self, windows: Tensor, out: Optional[Tensor] = None) -> Tensor:
+        """``(n, num_samples)`` on the compute device -> ``(n * valid, 1024)``: row pairs averaged (50 -> 25 Hz)."""
+        rows = self._window_rows(windows)
+        pairs = rows.reshape(windows.shape[0] * self.window.valid, HUBERT_ROWS_PER_FRAME, HUBERT_DIM)
+        return torch.mean(pairs, dim=1, out=out)
+
     def _encode(self, audio: Tensor, progress: Optional[ProgressCallback]) -> Tensor:
         """``audio`` float32 ``(samples,)`` on the compute device -> ``(frames, 1024)`` float32."""
         window = self.window
@@ -388,9 +424,7 @@ class HubertFeatureExtractor:
                 windows = padded[group[0] : group[0] + window.num_samples].view(1, -1)
             else:
                 windows = padded[torch.tensor(group, device=audio.device)[:, None] + offsets]
-            rows = self._window_rows(windows)
-            pairs = rows.reshape(len(group) * window.valid, HUBERT_ROWS_PER_FRAME, HUBERT_DIM)
-            torch.mean(pairs, dim=1, out=features[first * window.valid : (first + len(group)) * window.valid])
+            self._valid_features(windows, out=features[first * window.valid : (first + len(group)) * window.valid])
             report(progress, first + len(group), len(starts))
         return features[:num_frames]
 

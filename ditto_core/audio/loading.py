@@ -66,7 +66,8 @@ def load_audio(path: Union[str, os.PathLike]) -> tuple[Tensor, int]:
     return torch.from_numpy(np.concatenate(blocks, axis=-1)), rates.pop()
 
 
-def _check_sample_rate(sample_rate: object, name: str) -> int:
+def check_sample_rate(sample_rate: object, name: str) -> int:
+    """``sample_rate`` as an int, or an :class:`InputError` naming ``name`` if no audio has that rate."""
     if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)):
         raise InputError(f"{name}: sample rate must be an integer number of Hz, got {sample_rate!r}.")
     if not MIN_SAMPLE_RATE <= sample_rate <= MAX_SAMPLE_RATE:
@@ -86,7 +87,7 @@ def to_mono_16k(waveform: Tensor, sample_rate: int, name: str = "audio") -> Tens
     input's device, ``ceil(samples * 16000 / sample_rate)`` long. ``name`` labels errors.
     """
     require_float_waveform(waveform, name)
-    rate = _check_sample_rate(sample_rate, name)
+    rate = check_sample_rate(sample_rate, name)
     if waveform.dim() == 3:
         if waveform.shape[0] != 1:
             raise InputError(

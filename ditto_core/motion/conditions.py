@@ -85,6 +85,7 @@ def build_conditions(
     options: MotionOptions,
     cond_dim: int,
     blocks: ConditionBlocks = ConditionBlocks(),
+    first_frame: int = 0,
 ) -> Tensor:
     """Condition rows of every output frame: (T, cond_dim) float32 on the source's device.
 
@@ -94,6 +95,9 @@ def build_conditions(
         options: ``emo`` and ``eye_f0_mode`` are read.
         cond_dim: condition width of the LMDM checkpoint (``cond_projection.weight.shape[1]``).
         blocks: which blocks the checkpoint was trained with.
+        first_frame: output frame number of row 0 (a streamed window starts mid-stream; Ditto's
+            online mode starts at a negative number for its silent lead-in, whose rows take
+            frame 0's emotion and eyes).
 
     Emotion rows loop over the frames (frame i uses row ``i % m``). Eye rows of a video source
     follow the same mirror loop as the rendered frames; an image source, or ``eye_f0_mode``,
@@ -113,7 +117,7 @@ def build_conditions(
         )
     device = source.device
     num_frames = feats.shape[0]
-    frames = torch.arange(num_frames, device=device)
+    frames = torch.arange(first_frame, first_frame + num_frames, device=device).clamp_(min=0)
     parts = [feats.to(device, torch.float32)]
     if blocks.emo:
         # non_blocking: a blocking copy from pageable host memory would synchronise the stream

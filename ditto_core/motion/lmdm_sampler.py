@@ -45,7 +45,10 @@ __all__ = [
     "WindowSampler",
     "cosine_alphas_cumprod",
     "ddim_time_pairs",
+    "append_window",
+    "check_schedule",
     "generate_motion",
+    "next_kp_cond",
     "sample_window",
 ]
 
@@ -105,8 +108,8 @@ class _CapturedWindow:
             result = run(*self.inputs)
         torch.cuda.current_stream().wait_stream(side)
         result.record_stream(torch.cuda.current_stream())  # made on the side stream, used on this one
-        # Thread-local capture: the warp+decode engine may be compiling (and running its warm-up)
-        # in a background thread meanwhile; only this thread's calls must not break the capture.
+        # Thread-local capture: another thread (the warp+decode engine's background compile, a
+        # live runtime's renderer) may use the device meanwhile; its work stays out of this recording.
         with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self.output = run(*self.inputs)
         return result
@@ -327,6 +330,67 @@ def _smooth_poses_(seq: Tensor, start: int, stop: int, length: int, kernel: int)
     seq[start:stop, :POSE_DIMS] = mean[0, :, start - lo : stop - lo].T
 
 
+def append_window(seq: Tensor, end: int, pred: Tensor, hop: int, fuse: int, smoothing: int) -> int:
+    """Join one sampled window onto the motion so far, in place, as Ditto's ``Audio2Motion`` does.
+
+    Args:
+        seq: (frames, 265) float32 buffer; rows ``[0, end)`` hold the motion so far and
+            ``end + hop`` rows (``WINDOW`` for the first window) must fit.
+        end: rows of ``seq`` filled; 0 for the first window, which is copied whole.
+        pred: (80, 265) the new window.
+        hop: new frames a window adds (``80 - overlap``).
+        fuse: frames cross-faded across the seam: the last ``fuse`` rows of the motion so far
+            blend linearly (weights ``i / fuse``) into ``pred[80 - hop - fuse : 80 - hop]``.
+            The offline schedule fuses the whole overlap; Ditto's online mode only
+            ``min(overlap, hop)`` frames, right before the new ones.
+        smoothing: pose moving-average width, applied to the seam ``[new_end - hop - fuse,
+            new_end - hop + 1)`` (the whole window for the first one).
+
+    Returns:
+        The new ``end``: ``end + hop``, or ``WINDOW`` for the first window.
+    """
+    if end == 0:
+        seq[:WINDOW] = pred
+        _smooth_poses_(seq, 0, WINDOW, WINDOW, smoothing)
+        return WINDOW
+    keep = WINDOW - hop  # the window's frames that overlap the motion so far
+    if fuse:
+        fade_in = (torch.arange(fuse, device=seq.device, dtype=torch.float32) / fuse)[:, None]
+        seq[end - fuse : end] = seq[end - fuse : end] * (1 - fade_in) + pred[keep - fuse : keep] * fade_in
+    new_end = end + hop
+    seq[end:new_end] = pred[keep:]
+    _smooth_poses_(seq, new_end - hop - fuse, new_end - hop + 1, new_end, smoothing)
+    return new_end
+
+
+def next_kp_cond(
+    seq: Tensor, end: int, overlap: int, windows_done: int, kp_source: Tensor,
+    fix_kp_cond: int = 0, fix_kp_cond_dims: Optional[tuple[int, int]] = None,
+) -> Tensor:
+    """Keypoint condition of the next window: (1, 265), a new tensor.
+
+    The frame just before the next window starts (``seq[end - overlap - 1]``), or every
+    ``fix_kp_cond`` windows the source motion ``kp_source`` (1, 265) again, keeping channels
+    ``fix_kp_cond_dims`` of that frame.
+    """
+    kept = seq[end - overlap - 1][None].clone()
+    if not (fix_kp_cond and windows_done % fix_kp_cond == 0):
+        return kept
+    kp_cond = kp_source.clone()
+    if fix_kp_cond_dims is not None:
+        lo, hi = fix_kp_cond_dims
+        kp_cond[:, lo:hi] = kept[:, lo:hi]
+    return kp_cond
+
+
+def check_schedule(overlap: int, fix_kp_cond: int) -> None:
+    """Refuse window schedules the sliding window cannot run."""
+    if not 0 <= overlap < WINDOW:
+        raise InputError(f"overlap must be between 0 and {WINDOW - 1} frames, got {overlap}.")
+    if fix_kp_cond < 0:
+        raise InputError(f"fix_kp_cond must be 0 (off) or a positive window count, got {fix_kp_cond}.")
+
+
 @torch.no_grad()
 def generate_motion(
     sampler: WindowSampler,
@@ -361,10 +425,7 @@ def generate_motion(
     if cond.ndim != 2 or cond.shape[0] < 1:
         raise InputError(f"cond has shape {tuple(cond.shape)}; expected (frames, channels) with at least one frame.")
     _check_shape("kp_source", kp_source, (MOTION_DIM,), "the packed motion vector of the source")
-    if not 0 <= overlap < WINDOW:
-        raise InputError(f"overlap must be between 0 and {WINDOW - 1} frames, got {overlap}.")
-    if fix_kp_cond < 0:
-        raise InputError(f"fix_kp_cond must be 0 (off) or a positive window count, got {fix_kp_cond}.")
+    check_schedule(overlap, fix_kp_cond)
 
     device, frames = cond.device, cond.shape[0]
     hop = WINDOW - overlap
@@ -374,29 +435,15 @@ def generate_motion(
     cond = torch.cat((cond, cond[-1:].expand(length - frames, -1)))
     noise = _randn((sampler.steps - 1, 1, WINDOW, MOTION_DIM), generator, device)
     x_T = _randn((windows, 1, WINDOW, MOTION_DIM), generator, device)
-    fade_in = (torch.arange(overlap, device=device, dtype=torch.float32) / overlap)[:, None] if overlap else None
 
     out = torch.empty(length, MOTION_DIM, device=device, dtype=torch.float32)
     kp_source = kp_source.to(device=device, dtype=torch.float32)[None]
-    kp_cond = kp_source
+    kp_cond, end = kp_source, 0
     for w in range(windows):
         s = w * hop
         pred = sampler.sample(kp_cond, cond[None, s : s + WINDOW], x_T[w], noise)[0]
-        if w == 0:
-            out[:WINDOW] = pred
-            _smooth_poses_(out, 0, WINDOW, WINDOW, smoothing)
-        else:
-            if overlap:
-                out[s : s + overlap] = out[s : s + overlap] * (1 - fade_in) + pred[:overlap] * fade_in
-            out[s + overlap : s + WINDOW] = pred[overlap:]
-            _smooth_poses_(out, s, s + overlap + 1, s + WINDOW, smoothing)
-        kp_cond = out[s + hop - 1][None].clone()
-        if fix_kp_cond and (w + 1) % fix_kp_cond == 0:
-            kept = kp_cond
-            kp_cond = kp_source.clone()
-            if fix_kp_cond_dims is not None:
-                lo, hi = fix_kp_cond_dims
-                kp_cond[:, lo:hi] = kept[:, lo:hi]
+        end = append_window(out, end, pred, hop, overlap, smoothing)
+        kp_cond = next_kp_cond(out, end, overlap, w + 1, kp_source, fix_kp_cond, fix_kp_cond_dims)
         report(progress, w + 1, windows)
 
     out = out[:frames]

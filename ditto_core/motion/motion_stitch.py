@@ -56,6 +56,9 @@ _GAZE_X_BIG, _GAZE_X_SMALL = 1e-3, 7e-4
 turn direction, because a turned face foreshortens one eye more than the other."""
 _GAZE_Y = -1e-3
 
+STREAM_BLINK_FRAMES = 3000
+"""Frames of the blink schedule of a stream, repeated: Ditto's length when none is given."""
+
 
 @dataclass
 class _Angle:
@@ -115,17 +118,17 @@ def fade_alphas(
     return alpha
 
 
-def _pose_offsets(
-    options: MotionOptions, axis: str, num_frames: int, device: torch.device
-) -> tuple[Tensor, Tensor]:
-    """Offsets of one angle (T,) float32 and whether one is given (T,) bool; per-frame values win."""
+def _pose_offsets(options: MotionOptions, axis: str, frames: Tensor) -> tuple[Tensor, Tensor]:
+    """Offsets of one angle (T,) float32 and whether one is given (T,) bool at output frame
+    numbers ``frames`` (T,); per-frame values win on the frames they cover."""
     overall, per_frame = getattr(options, f"delta_{axis}"), getattr(options, f"{axis}_offsets")
-    offsets = torch.full((num_frames,), float(overall), device=device)
-    given = torch.full((num_frames,), overall != 0, device=device)
+    offsets = torch.full(frames.shape, float(overall), device=frames.device)
+    given = torch.full(frames.shape, overall != 0, device=frames.device)
     if per_frame is not None:
-        n = min(num_frames, per_frame.shape[0])
-        offsets[:n] = per_frame[:n].to(device, torch.float32, non_blocking=True)
-        given[:n] = True
+        per_frame = per_frame.to(frames.device, torch.float32, non_blocking=True)
+        covered = frames < per_frame.shape[0]
+        offsets = torch.where(covered, per_frame[frames.clamp(max=per_frame.shape[0] - 1)], offsets)
+        given = given | covered
     return offsets, given
 
 
@@ -137,15 +140,18 @@ def _kp_mask(keypoints: tuple[int, ...], device: torch.device) -> Tensor:
     return mask.flatten().to(device, non_blocking=True)
 
 
-def _mix(source: MotionInfo, driving: MotionInfo, weights: dict[str, float], relative: bool) -> dict[str, Tensor]:
-    """Driven parts from ``driving`` (relative to its frame 0 if ``relative``), the rest from ``source``."""
+def _mix(
+    source: MotionInfo, driving: MotionInfo, weights: dict[str, float], reference: Optional[MotionInfo]
+) -> dict[str, Tensor]:
+    """Driven parts from ``driving`` (relative to the one-frame ``reference`` unless it is None),
+    the rest from ``source``."""
     mixed = {}
     for key in ("scale", *_ANGLES, "t", "exp"):
         s, d = getattr(source, key), getattr(driving, key)
         if key not in weights:
             mixed[key] = s
-        elif relative:
-            mixed[key] = s + (d - d[:1]) * weights[key]
+        elif reference is not None:
+            mixed[key] = s + (d - getattr(reference, key)) * weights[key]
         else:
             mixed[key] = d * weights[key]
     return mixed
@@ -196,6 +202,8 @@ def stitch_motion(
     stitch_net: Optional[nn.Module],
     options: MotionOptions,
     generator: Optional[torch.Generator] = None,
+    frames: Optional[Tensor] = None,
+    reference: Optional[Tensor] = None,
 ) -> MotionSequence:
     """Per-frame keypoints for warping, all T frames at once on the source's device.
 
@@ -207,6 +215,12 @@ def stitch_motion(
         options: motion options (the stitch part).
         generator: draws the random blink gaps (``delta_eye_open_n == 0``); default: a CPU
             generator seeded with ``options.seed``.
+        frames: (T,) int64 output frame numbers of the rows, for a stream stitched chunk by
+            chunk (None: ``0 .. T-1``, a whole clip). A stream's length is unknown, so its
+            blink schedule is laid out over :data:`STREAM_BLINK_FRAMES` frames and repeated,
+            as Ditto does when it is not told the length; fades need the length and are refused.
+        reference: (265,) motion vector that relative driving is measured from (None: row 0,
+            the first generated frame); a stream passes its first frame to every chunk.
 
     Returns:
         MotionSequence with (T, 21, 3) float32 ``kp_source`` / ``kp_driving`` and the
@@ -220,13 +234,24 @@ def stitch_motion(
         )
     device = source.device
     num_frames = motion_vectors.shape[0]
-    index = mirror_index(torch.arange(num_frames, device=device), len(source))
+    streamed = frames is not None
+    if streamed and options.fade_type:
+        raise InputError(
+            f"MotionOptions.fade_type={options.fade_type!r}: fades need the clip's length, which a stream "
+            'does not know; use fade_type="" for streaming.'
+        )
+    frames = torch.arange(num_frames, device=device) if frames is None else frames.to(device)
+    index = mirror_index(frames, len(source))
     source_motion = source.motion.map(lambda x: x.to(device, torch.float32))
     per_frame_source = source_motion.map(lambda x: x[index])
     driving = unpack_motion(motion_vectors.to(device, torch.float32), per_frame_source.kp)
+    d0 = None
+    if options.relative_d:
+        ref = motion_vectors[:1] if reference is None else reference.reshape(1, MOTION_DIM)
+        d0 = unpack_motion(ref.to(device, torch.float32), per_frame_source.kp[:1])
 
     # 1. relative / absolute driving of the chosen parts
-    mixed = _mix(per_frame_source, driving, options.driven_keys(source.is_image), options.relative_d)
+    mixed = _mix(per_frame_source, driving, options.driven_keys(source.is_image), d0)
 
     # 2. which expression entries follow the audio
     drive_eye = options.drives_eyes(source.is_image)
@@ -235,8 +260,9 @@ def stitch_motion(
         table = options.delta_eye_arr.to(device, torch.float32, non_blocking=True)
         if generator is None:
             generator = torch.Generator().manual_seed(options.seed)
-        rows = blink_schedule(num_frames, table.shape[0], options.delta_eye_open_n, generator, device)
-        blink = table[rows]
+        span = STREAM_BLINK_FRAMES if streamed else num_frames
+        rows = blink_schedule(span, table.shape[0], options.delta_eye_open_n, generator, device)
+        blink = table[rows[frames % span]]
     state: dict[str, Part] = {
         "scale": mixed["scale"],
         "t": mixed["t"],
@@ -245,7 +271,7 @@ def stitch_motion(
 
     # 3. head-pose offsets and gains
     for axis in _ANGLES:
-        offsets, given = _pose_offsets(options, axis, num_frames, device)
+        offsets, given = _pose_offsets(options, axis, frames)
         state[axis] = _Angle.controlled(mixed[axis], offsets, given, float(getattr(options, f"alpha_{axis}")))
 
     # 4. fade toward the first generated frame or the source

@@ -1,0 +1,258 @@
+"""Live avatar streams on one GPU: first-frame latency, per-chunk latency, concurrency, A/V sync, memory.
+
+    python -m bench.bench_live --out $OUT/bench_live.json                 # H200, about 8-10 minutes
+    python -m bench.bench_live --quick --device cpu                         # CPU smoke run
+
+Random weights in the official layout (speed does not depend on the values) unless ``--models``
+is given; HuBERT is ``--hubert`` (the official ``hubert_streaming_fix_kv.onnx`` or a
+real-architecture export), else the small stand-in. Every stream runs through
+:class:`~ditto_core.live.AvatarStream` exactly as the server runs it (JPEG frames, the example
+portrait put back into its full frame and scaled to ``--max-size``), with speech pushed in real
+time in 20 ms chunks. Parts:
+
+* ``first_frame``: the schedule's audio delay (samples the first frame needs: 485 ms with
+  overlap 75) and the compute after it: that audio pushed at once, time to the first frame;
+* ``one_stream``: chunk latency (a window's last sample in -> its 5 frames encoded) p50/p95;
+* ``concurrency``: N real-time streams at once for each N of ``--streams``: p95 chunk latency,
+  frames short of real time, stalls; ``max_realtime_streams`` is the largest N with p95 <=
+  200 ms and no drops;
+* ``av_sync``: every frame's audio slice against the pushed speech (offset in samples);
+* ``long_stream``: one stream for ``--minutes`` of speech pushed as fast as it is animated:
+  host RSS and GPU memory sampled along the way, and their drift.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ditto_core.audio.hubert import HubertFeatureExtractor
+from ditto_core.live import AvatarStream, LiveRuntime, StreamConfig
+from ditto_core.motion.motion_options import MotionOptions
+from ditto_core.pipeline import DittoPipeline
+from ditto_core.precision import NETWORK_PRECISIONS, network_dtype
+from ditto_core.registration.image_io import load_source
+from ditto_core.registration.options import RegistrationOptions
+
+from .bench_common import emit
+from .scene import PORTRAIT_CANDIDATES
+
+EXAMPLE = next((path.parent for path in PORTRAIT_CANDIDATES if path.is_file()), PORTRAIT_CANDIDATES[0].parent)
+CHUNK_S = 0.02
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _speech(seconds: float, seed: int = 0) -> np.ndarray:
+    """Speech-like test signal at 16 kHz: noise bursts under a syllable-rate envelope, int16."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * 16000)) / 16000
+    envelope = 0.5 + 0.5 * np.sin(2 * np.pi * 4 * t + rng.uniform(0, 6))
+    return (8000 * envelope * rng.standard_normal(t.shape)).astype(np.int16)
+
+
+def _pct(values, q):
+    values = sorted(v for v in values if v is not None)
+    return None if not values else values[min(len(values) - 1, int(q * len(values)))]
+
+
+async def _run_stream(runtime, source, options, config, speech, realtime=True, keep=None):
+    """Push ``speech`` (int16, 16 kHz) in 20 ms chunks (paced in real time), read every frame."""
+    frames = []
+    async with AvatarStream(runtime, source, options, config) as stream:
+        step = int(CHUNK_S * 16000)
+
+        async def push():
+            start = time.monotonic()
+            for k, i in enumerate(range(0, len(speech), step)):
+                stream.push_audio(speech[i : i + step], 16000)
+                if realtime:
+                    await asyncio.sleep(max(0.0, start + (k + 1) * CHUNK_S - time.monotonic()))
+                elif stream.stats()["buffered_speech_s"] > 2:
+                    while stream.stats()["buffered_speech_s"] > 1:
+                        await asyncio.sleep(0.01)
+            stream.end()
+
+        pusher = asyncio.ensure_future(push())
+        async for frame in stream:
+            frames.append(frame if keep is None else keep(frame))
+        await pusher
+        return frames, stream.stats()
+
+
+def first_frame(runtime, source, options, config):
+    """Audio delay of the schedule, and the compute from that audio to the first frame."""
+    hop = runtime.hubert.window.valid * 640
+    need = hop + runtime.hubert.window.num_samples - runtime.hubert.window.past * 640  # HuBERT window 1's last sample
+    speech = _speech(need / 16000 + 0.5)
+
+    async def run():
+        results = []
+        for _ in range(5):
+            async with AvatarStream(runtime, source, options, config) as stream:
+                start = time.monotonic()
+                stream.push_audio(speech[:need], 16000)
+                await stream.__anext__()
+                results.append(time.monotonic() - start)
+        return results
+
+    times = asyncio.run(run())
+    return {"audio_needed_s": need / 16000, "compute_ms": [round(1000 * t, 2) for t in times],
+            "compute_ms_median": round(1000 * sorted(times)[len(times) // 2], 2), "goal_ms": 100}
+
+
+def one_stream(runtime, source, options, config, seconds):
+    frames, stats = asyncio.run(_run_stream(runtime, source, options, config, _speech(seconds), keep=lambda f: f.index))
+    return {"seconds": seconds, "frames": len(frames), "chunk_latency_p50_ms": 1000 * stats["chunk_latency_p50_s"],
+            "chunk_latency_p95_ms": 1000 * stats["chunk_latency_p95_s"],
+            "first_frame_latency_ms": 1000 * stats["first_frame_latency_s"], "goal_p95_ms": 25}
+
+
+def concurrency(runtime, source, options, config, counts, seconds):
+    levels = []
+    for n in counts:
+        if n > runtime.max_streams:
+            break
+        speech = [_speech(seconds, seed=i) for i in range(n)]
+
+        async def run():
+            return await asyncio.gather(*(
+                _run_stream(runtime, source, options, config, s, keep=lambda f: f.index) for s in speech))
+
+        asyncio.run(_warm(runtime, source, options, config, n))
+        start = time.monotonic()
+        results = asyncio.run(run())
+        wall = time.monotonic() - start
+        expected = 5 * math.ceil((int(seconds * 16000) + 1920) / 3200) + 5
+        p95 = [r[1]["chunk_latency_p95_s"] for r in results]
+        short = sum(max(0, expected - len(r[0])) for r in results)
+        gaps = sum(1 for r in results if r[0] != list(range(len(r[0]))))
+        level = {"streams": n, "chunk_latency_p95_ms_max": round(1000 * max(p95), 2),
+                 "chunk_latency_p50_ms_median": round(1000 * _pct([r[1]["chunk_latency_p50_s"] for r in results], 0.5), 2),
+                 "frames_missing": short, "streams_with_gaps": gaps, "wall_s": round(wall, 2),
+                 "realtime_ok": max(p95) <= 0.2 and short == 0 and gaps == 0}
+        print(level, flush=True)
+        levels.append(level)
+        if not level["realtime_ok"]:
+            break
+    ok = [lv["streams"] for lv in levels if lv["realtime_ok"]]
+    return {"levels": levels, "max_realtime_streams": max(ok) if ok else 0, "goal_streams": 12}
+
+
+async def _warm(runtime, source, options, config, n):
+    """Two seconds of n streams: records the LMDM graph of batch n and touches every engine size."""
+    await asyncio.gather(*(_run_stream(runtime, source, options, config, _speech(2.0, seed=99 + i), realtime=False,
+                                       keep=lambda f: None) for i in range(n)))
+
+
+def av_sync(runtime, source, options, config):
+    """Where in the pushed speech each frame's audio slice comes from, against where it should (640 i)."""
+    speech = _speech(4.0, seed=5)
+    frames, _ = asyncio.run(_run_stream(runtime, source, options, config, speech,
+                                        keep=lambda f: (f.index, f.audio.numpy().astype(np.float64))))
+    padded = np.concatenate([np.zeros(640), speech, np.zeros(640 * (len(frames) + 2))]).astype(np.float64)
+    offsets = []
+    for index, audio in frames[1 : 4 * 25 - 1]:
+        base = 640 + 640 * index
+        errors = {d: np.abs(padded[base + d : base + d + 640] - audio).mean() for d in range(-640, 641, 8)}
+        offsets.append(min(errors, key=errors.get))
+    return {"max_offset_samples": int(max(map(abs, offsets))), "frames_checked": len(offsets), "goal_samples": 640}
+
+
+def long_stream(runtime, source, options, config, minutes):
+    samples = []
+    start = time.monotonic()
+
+    def keep(frame):
+        if frame.index % (25 * 10) == 0:  # every 10 s of stream time
+            cuda = torch.cuda.memory_allocated() / 2**20 if torch.cuda.is_available() else 0.0
+            samples.append({"stream_s": frame.index / 25, "wall_s": round(time.monotonic() - start, 2),
+                            "rss_mib": round(_rss_mib(), 1), "cuda_allocated_mib": round(cuda, 1)})
+        return None
+
+    frames, stats = asyncio.run(_run_stream(runtime, source, options, config, _speech(60 * minutes, seed=7),
+                                            realtime=False, keep=keep))
+    tail = samples[len(samples) // 4 :] or samples
+    drift = {k: round(tail[-1][k] - tail[0][k], 1) for k in ("rss_mib", "cuda_allocated_mib")} if tail else {}
+    return {"minutes": minutes, "frames": len(frames), "wall_s": round(time.monotonic() - start, 1),
+            "drift_after_first_quarter": drift, "samples": samples}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--models", type=Path, default=None, help="official model folder (default: random weights)")
+    parser.add_argument("--hubert", type=Path, default=None, help="HuBERT ONNX to use instead of the stand-in")
+    parser.add_argument("--avatar", type=Path, default=EXAMPLE / "portrait.jpg")
+    parser.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp16")
+    parser.add_argument("--steps", type=int, default=25)
+    parser.add_argument("--lmdm-precision", default="bf16", choices=("fp32", "tf32", "bf16"))
+    parser.add_argument("--no-lmdm-compile", action="store_true")
+    parser.add_argument("--max-size", type=int, default=512, help="longest side of the frames sent")
+    parser.add_argument("--output", choices=("jpeg", "h264"), default="jpeg", help="how frames are encoded")
+    parser.add_argument("--streams", type=int, nargs="+", default=[1, 4, 8, 12, 16, 20, 24])
+    parser.add_argument("--seconds", type=float, default=12.0, help="speech per stream in the concurrency part")
+    parser.add_argument("--minutes", type=float, default=5.0, help="speech in the long-stream memory part")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny CPU smoke run of the script itself (frames are noise, warp+decode is skipped)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    if args.quick:
+        args.steps, args.streams, args.seconds, args.minutes = 2, [1, 2], 1.0, 0.1
+    device = torch.device(args.device)
+    compile_ok = device.type == "cuda"
+    with tempfile.TemporaryDirectory() as workdir:
+        setup = time.monotonic()
+        if args.models is not None:
+            pipeline = DittoPipeline.from_model_dir(args.models, device, network_dtype(args.precision), compile=compile_ok)
+        else:
+            pipeline = DittoPipeline.random(Path(workdir), device, network_dtype(args.precision), compile=compile_ok)
+        if args.hubert is not None:
+            pipeline.hubert = HubertFeatureExtractor(args.hubert, device)
+        frames, is_image = load_source(args.avatar)
+        source = pipeline.register(frames, RegistrationOptions(detect_face=args.models is not None), is_image=is_image)
+        runtime = LiveRuntime(pipeline, max_streams=max(args.streams), renderer=_NoiseRenderer() if args.quick else None)
+        options = MotionOptions(steps=args.steps, sampler_precision=args.lmdm_precision,
+                                sampler_compile=not args.no_lmdm_compile and compile_ok)
+        config = StreamConfig(output=args.output, max_size=args.max_size, idle=False)
+        runtime.warm_up(source, options)
+        asyncio.run(_warm(runtime, source, options, config, 1))
+        result = {
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "torch": torch.__version__, "precision": args.precision, "steps": args.steps,
+            "lmdm_precision": args.lmdm_precision, "lmdm_compile": options.sampler_compile,
+            "hubert": str(args.hubert or "stand-in"), "hubert_provider": runtime.hubert.execution_provider,
+            "output": args.output, "frame_size": list(config.frame_size(*source.frames.shape[1:3])), "setup_s": round(time.monotonic() - setup, 1),
+        }
+        result["first_frame"] = first_frame(runtime, source, options, config)
+        print(result["first_frame"], flush=True)
+        result["one_stream"] = one_stream(runtime, source, options, config, 4 * args.seconds / 3)
+        print(result["one_stream"], flush=True)
+        result["av_sync"] = av_sync(runtime, source, options, config)
+        result["concurrency"] = concurrency(runtime, source, options, config, args.streams, args.seconds)
+        result["long_stream"] = long_stream(runtime, source, options, config, args.minutes)
+        runtime.shutdown()
+    emit(result, args.out)
+
+
+
+class _NoiseRenderer:
+    """--quick: frames of noise at the output size instead of warp+decode (seconds a frame on a CPU)."""
+
+    def render(self, jobs):
+        return [torch.randint(0, 256, (j.motion.kp_driving.shape[0], *j.stream.config.frame_size(
+            *j.stream.source.frames.shape[1:3]), 3), dtype=torch.uint8) for j in jobs]
+
+
+if __name__ == "__main__":
+    main()

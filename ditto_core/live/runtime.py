@@ -1,0 +1,777 @@
+"""The device side of live streams: every stream of one pipeline runs through one :class:`LiveRuntime`.
+
+Two worker threads share the device, in rounds:
+
+* the **motion** thread takes each stream's new speech, runs HuBERT window by window, builds
+  every stream's next LMDM window, samples all windows that share a sampler setting as *one
+  batch* (one CUDA graph replay for all streams), joins each result into its stream's online
+  schedule (:mod:`.schedule`) and stitches the frames it releases;
+* the **render** thread takes a round's frames from all streams, renders them through the
+  warp+decode engine in batches that mix streams (a small ladder of compiled batch sizes, so
+  a lone stream's 5 frames do not pay for a 40-frame graph), pastes each stream's frames back
+  into its portrait, scales them to the size the client asked for and hands them to a small
+  pool of encoder threads.
+
+The two threads overlap one round's rendering with the next round's motion. Every stream gets
+at most one LMDM window per round, so a stream that pushes a whole speech at once cannot starve
+the others (fair by construction), and a stream whose client stops reading (too many frames
+waiting) is skipped until it catches up. The runtime owns its samplers, engines and HuBERT
+session: the CUDA graphs in them are not shared with whatever else uses the pipeline.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from fractions import Fraction
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..audio.audio_features import FPS, SAMPLE_RATE, AudioFeatures, SAMPLES_PER_FRAME
+from ..audio.chunking import num_video_frames
+from ..audio.hubert import HubertFeatureExtractor
+from ..errors import DittoError, InputError
+from ..models.keypoints import MOTION_DIM
+from ..models.lmdm import WINDOW
+from ..motion.conditions import build_conditions, build_kp_condition
+from ..motion.lmdm_sampler import DDIMSampler
+from ..motion.motion_options import MotionOptions
+from ..motion.motion_sequence import MotionSequence
+from ..motion.motion_stitch import stitch_motion
+from ..registration.source_info import SourceInfo
+from ..render.putback import paste_back
+from ..render.warp_decode import WarpDecodeEngine
+from .schedule import ONLINE_OVERLAP, MotionWindow, OnlineAudio, OnlineMotion, SampleTimeline
+
+log = logging.getLogger(__name__)
+
+_HUBERT_WINDOWS_PER_ROUND = 2
+"""HuBERT windows a stream may encode per round: one more than its one LMDM window needs, so a
+stream that pushed a long speech at once catches up without holding the others' round."""
+
+BATCH_LADDER = (5, 10, 20, 40)
+"""Compiled warp+decode batch sizes: a round's frames go through the smallest that holds them."""
+
+
+class CapacityError(DittoError):
+    """More live streams were asked for than the runtime admits."""
+
+
+class BackpressureError(DittoError):
+    """A stream buffers more than it may: its client pushes faster than it reads."""
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """How one stream's frames come out and how much it may buffer."""
+
+    output: str = "jpeg"  # "jpeg" / "h264" (encoded bytes: JPEG, H.264 Annex-B) or "rgb" (uint8 tensor on the host)
+    max_size: Optional[int] = None  # longest side of output frames (None: the portrait's size)
+    quality: int = 85  # JPEG quality
+    idle: bool = True  # animate silence while no speech arrives
+    overlap: int = ONLINE_OVERLAP  # LMDM overlap: 80 - overlap frames per window
+    max_backlog_frames: int = 75  # frames made but not yet taken before the stream is paused
+    max_buffered_seconds: float = 30.0  # speech pushed but not yet animated before pushes fail
+
+    def __post_init__(self) -> None:
+        if self.output not in OUTPUTS:
+            raise InputError(f"output must be one of {', '.join(OUTPUTS)}, got {self.output!r}.")
+        if self.max_size is not None and not (isinstance(self.max_size, int) and 16 <= self.max_size <= 4096):
+            raise InputError(f"max_size must be an integer in [16, 4096] pixels, got {self.max_size!r}.")
+        if not (isinstance(self.quality, int) and 1 <= self.quality <= 100):
+            raise InputError(f"quality must be an integer in [1, 100], got {self.quality!r}.")
+        if not (isinstance(self.overlap, int) and 5 <= self.overlap < WINDOW):
+            raise InputError(f"overlap must be an integer in [5, {WINDOW - 1}] frames, got {self.overlap!r}.")
+
+
+    def frame_size(self, height: int, width: int) -> tuple[int, int]:
+        """(H, W) of this stream's frames for a ``height`` x ``width`` portrait (even for H.264's 4:2:0)."""
+        h, w = output_size(height, width, self.max_size)
+        return (max(2, h // 2 * 2), max(2, w // 2 * 2)) if self.output == "h264" else (h, w)
+
+
+OUTPUTS = ("jpeg", "h264", "rgb")
+
+
+@dataclass
+class RenderJob:
+    """Frames of one stream released by one motion window, to be rendered."""
+
+    stream: "StreamState"
+    epoch: int
+    first_frame: int
+    motion: Optional[MotionSequence]  # None: no frames (an end marker only)
+    audio: Tensor  # (k, 640) float32 16 kHz speech of each frame
+    ready_since: float  # when the speech that completed this window arrived
+    final: bool = False
+
+
+@dataclass
+class LiveFrame:
+    """One output frame of a stream and the speech it shows."""
+
+    index: int  # frame number in the stream, 25 per second
+    pts: float  # presentation time in seconds (index / 25)
+    audio: Tensor  # (640,) int16: the 16 kHz speech of this frame's 40 ms
+    image: Optional[Tensor] = None  # (H, W, 3) uint8 RGB on the host, output "rgb"
+    packet: Optional[bytes] = None  # encoded frame: a JPEG, or an H.264 Annex-B access unit (pts = index)
+
+
+class FrameRenderer(Protocol):
+    """Renders a round's jobs: returns, per job with motion, (k, H, W, 3) uint8 frames on the host."""
+
+    def render(self, jobs: list[RenderJob]) -> list[Tensor]: ...
+
+
+@dataclass
+class StreamState:
+    """A stream as the worker threads see it (the event loop holds its :class:`AvatarStream`)."""
+
+    id: int
+    source: SourceInfo
+    options: MotionOptions
+    config: StreamConfig
+    sampler: DDIMSampler
+    audio: OnlineAudio
+    motion: OnlineMotion
+    generator: torch.Generator
+    noise: Tensor  # (steps - 1, 1, 80, 265): drawn once per stream, shared by its windows
+    deliver: Callable[[object], None]  # called from worker threads with a LiveFrame future, an error or None
+    speech: SampleTimeline = field(default_factory=SampleTimeline)  # what each frame's audio slice is cut from
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    pending: list[tuple[Tensor, float]] = field(default_factory=list)  # (16 kHz speech, push time), not yet taken
+    pending_samples: int = 0
+    end_requested: bool = False
+    clear_requested: bool = False
+    epoch: int = 0
+    backlog: int = 0  # frames made (or in flight) that the client has not taken
+    closed: bool = False
+    finished: bool = False  # the end marker was queued for rendering
+    window_times: deque = field(default_factory=deque)  # arrival time of each HuBERT window's last sample
+    push_times: deque = field(default_factory=deque)  # (speech sample position reached, time)
+    next_silence: float = 0.0
+    stalled_since: Optional[float] = None
+    chunk_latency: deque = field(default_factory=lambda: deque(maxlen=2000))
+    first_frame_latency: Optional[float] = None
+    frames_delivered: int = 0
+    silence_windows: int = 0
+    video_encoder: Optional["_H264Encoder"] = None  # output "h264": one encoder per stream, frames in order
+
+    def buffered_seconds(self) -> float:
+        return (self.pending_samples + max(0, self.audio.received - self.audio.windows_done * self.audio.hop)) / SAMPLE_RATE
+
+
+class LiveRuntime:
+    """Shares one pipeline's device among live streams (see the module docstring).
+
+    Args:
+        pipeline: a :class:`~ditto_core.pipeline.DittoPipeline` (models, HuBERT).
+        max_streams: streams admitted at once; one more is refused with :class:`CapacityError`.
+        renderer: frames for a round's jobs; default :class:`EngineRenderer` on the pipeline.
+        encoder_threads: JPEG encoders working in parallel.
+        compile: compile warp+decode (default: the pipeline's setting).
+        batch_ladder: the compiled warp+decode batch sizes (:data:`BATCH_LADDER`).
+        sampler_factory: the window sampler for a stream's options (default: a
+            :class:`DDIMSampler` per setting, owned by the runtime); streams with the same
+            sampler have their windows batched.
+    """
+
+    def __init__(
+        self, pipeline, max_streams: int = 4, renderer: Optional[FrameRenderer] = None, encoder_threads: int = 4,
+        compile: Optional[bool] = None, batch_ladder: tuple[int, ...] = BATCH_LADDER,
+        sampler_factory: Optional[Callable[[MotionOptions], DDIMSampler]] = None,
+    ) -> None:
+        if not (isinstance(max_streams, int) and max_streams >= 1):
+            raise InputError(f"max_streams must be a positive integer, got {max_streams!r}.")
+        self.pipeline = pipeline
+        self.device = pipeline.device
+        self.max_streams = max_streams
+        models = pipeline.models
+        self.hubert = HubertFeatureExtractor(pipeline.hubert.model_path, pipeline.hubert.device)
+        self.renderer = renderer or EngineRenderer(models, pipeline.compile if compile is None else compile, batch_ladder)
+        self._samplers: dict[tuple, DDIMSampler] = {}
+        if sampler_factory is not None:
+            self.sampler = sampler_factory
+        with torch.inference_mode():
+            silent = torch.zeros(self.hubert.window.num_samples)
+            self._silence_window = self.hubert.encode_window(silent)  # (5, 1024): every all-zero window's
+        self._encoders = ThreadPoolExecutor(encoder_threads, thread_name_prefix="ditto-live-encode")
+        self._streams: dict[int, StreamState] = {}
+        self._next_id = 1
+        self._wake = threading.Condition()
+        self._render_queue: deque[list[RenderJob]] = deque()
+        self._render_ready = threading.Condition()
+        self._stopping = False
+        self._error: Optional[BaseException] = None
+        self._threads = [
+            threading.Thread(target=self._motion_loop, name="ditto-live-motion", daemon=True),
+            threading.Thread(target=self._render_loop, name="ditto-live-render", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    # -- streams ------------------------------------------------------------------------------
+
+    @property
+    def active_streams(self) -> int:
+        with self._wake:
+            return len(self._streams)
+
+    def silence_features(self, frames: int) -> Tensor:
+        """HuBERT features of ``frames`` frames of silence, as Ditto's online buffer starts: (frames, 1024).
+
+        Offline ``wav2feat`` of zeros: every window is all zeros, so its rows repeat every window.
+        """
+        if num_video_frames(frames * SAMPLES_PER_FRAME) != frames:
+            raise InputError(f"a lead-in of {frames} frames is not a whole number of HuBERT frames")
+        reps = -(-frames // self._silence_window.shape[0])
+        return self._silence_window.repeat(reps, 1)[:frames]
+
+    def sampler(self, options: MotionOptions) -> DDIMSampler:
+        key = (options.steps, options.sampler_precision, options.sampler_compile)
+        if key not in self._samplers:
+            self._samplers[key] = DDIMSampler(
+                self.pipeline.models.lmdm, options.steps, precision=options.sampler_precision,
+                compile=options.sampler_compile,
+            )
+        return self._samplers[key]
+
+    def open_state(
+        self, source: SourceInfo, options: MotionOptions, config: StreamConfig, deliver: Callable[[object], None]
+    ) -> StreamState:
+        """Admit a stream (or raise :class:`CapacityError`) and build its schedule state."""
+        if self._error is not None:
+            raise DittoError(f"the live runtime stopped after an internal error: {self._error}")
+        if options.fade_type:
+            raise InputError('MotionOptions.fade_type: fades need the clip length; use fade_type="" for streams.')
+        models = self.pipeline.models
+        options = self.pipeline.with_blink_table(options)
+        with self._wake:
+            if len(self._streams) >= self.max_streams:
+                raise CapacityError(
+                    f"the server is at capacity: {len(self._streams)} of {self.max_streams} live streams are "
+                    "running on this device. Try again later, or start the server with a higher --max-streams "
+                    "if the device keeps up (bench/bench_live.py measures how many it sustains)."
+                )
+            stream_id = self._next_id
+            self._next_id += 1
+            with torch.inference_mode():
+                source = source.to(self.device)
+                generator = torch.Generator(self.device).manual_seed(options.seed)
+                sampler = self.sampler(options)
+                noise = torch.randn(sampler.noise_shape(1), generator=generator, device=self.device)
+
+                def build_cond(features: Tensor, first_frame: int) -> Tensor:
+                    audio = AudioFeatures(features=features, duration_s=features.shape[0] / FPS)
+                    return build_conditions(audio, source, options, models.cond_dim, first_frame=first_frame)
+
+                motion = OnlineMotion(
+                    self.silence_features(config.overlap), build_kp_condition(source), build_cond,
+                    overlap=config.overlap, smoothing=options.smo_k_d, fix_kp_cond=options.fix_kp_cond,
+                )
+            state = StreamState(
+                id=stream_id, source=source, options=options, config=config, sampler=sampler,
+                audio=OnlineAudio(self.hubert.window), motion=motion, generator=generator, noise=noise,
+                deliver=deliver, next_silence=time.monotonic(),
+            )
+            self._streams[stream_id] = state
+            self._wake.notify_all()
+        return state
+
+    def push(self, state: StreamState, samples_16k: Tensor) -> None:
+        """Queue speech for a stream (any thread); raises :class:`BackpressureError` past the buffer limit."""
+        now = time.monotonic()
+        with state.lock:
+            if state.end_requested:
+                raise InputError("audio pushed after end(): the stream is finishing; open a new one for new speech.")
+            limit = state.config.max_buffered_seconds
+            if state.buffered_seconds() + samples_16k.shape[0] / SAMPLE_RATE > limit:
+                raise BackpressureError(
+                    f"the stream already buffers {state.buffered_seconds():.1f} s of speech that is not animated "
+                    f"yet (limit {limit:g} s): push audio no faster than real time, or read the frames."
+                )
+            state.pending.append((samples_16k, now))
+            state.pending_samples += samples_16k.shape[0]
+            state.next_silence = now + state.audio.hop / SAMPLE_RATE
+        self._notify()
+
+    def request_end(self, state: StreamState) -> None:
+        with state.lock:
+            state.end_requested = True
+        self._notify()
+
+    def request_clear(self, state: StreamState) -> None:
+        with state.lock:
+            state.pending, state.pending_samples = [], 0
+            state.clear_requested = True
+            state.epoch += 1
+            state.backlog = 0
+            state.next_silence = time.monotonic()
+        self._notify()
+
+    def taken(self, state: StreamState) -> None:
+        """The client took one frame (called by the stream's iterator)."""
+        with state.lock:
+            state.backlog = max(0, state.backlog - 1)
+            state.frames_delivered += 1
+        self._notify()
+
+    def close_state(self, state: StreamState) -> None:
+        """Forget a stream; frames in flight are dropped on delivery."""
+        with self._wake:
+            state.closed = True
+            self._streams.pop(state.id, None)
+            self._wake.notify_all()
+        if state.video_encoder is not None:
+            state.video_encoder.close()
+
+    def stats(self, state: StreamState) -> dict:
+        lat = sorted(state.chunk_latency)
+        pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else None  # noqa: E731
+        return {
+            "stream": state.id,
+            "frames_out": state.motion.frames_out,
+            "frames_delivered": state.frames_delivered,
+            "windows": state.motion.windows_done,
+            "silence_windows": state.silence_windows,
+            "backlog_frames": state.backlog,
+            "buffered_speech_s": round(state.buffered_seconds(), 3),
+            "first_frame_latency_s": state.first_frame_latency,
+            "chunk_latency_p50_s": pick(0.5),
+            "chunk_latency_p95_s": pick(0.95),
+            "active_streams": self.active_streams,
+            "max_streams": self.max_streams,
+        }
+
+    def stalled_for(self, state: StreamState) -> float:
+        """Seconds the stream has been paused because its client does not take frames."""
+        since = state.stalled_since
+        return 0.0 if since is None else time.monotonic() - since
+
+    def shutdown(self) -> None:
+        """Stop the workers (streams still open get an error)."""
+        with self._wake:
+            self._stopping = True
+            streams = list(self._streams.values())
+            self._streams.clear()
+            self._wake.notify_all()
+        with self._render_ready:
+            self._render_ready.notify_all()
+        for state in streams:
+            state.deliver(DittoError("the live server is shutting down"))
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self._encoders.shutdown(wait=False, cancel_futures=True)
+
+    def _notify(self) -> None:
+        with self._wake:
+            self._wake.notify_all()
+
+    # -- motion thread ------------------------------------------------------------------------
+
+    def _motion_loop(self) -> None:
+        try:
+            with torch.inference_mode():
+                while True:
+                    with self._wake:
+                        if self._stopping:
+                            return
+                        streams = list(self._streams.values())
+                    jobs = self._motion_round(streams)
+                    if jobs:
+                        self._queue_render(jobs)
+                    else:
+                        with self._wake:
+                            if not self._stopping:
+                                self._wake.wait(timeout=0.01)
+        except BaseException as error:  # a bug, not bad input: every stream hears of it
+            self._fail_all(error)
+
+    def _fail_all(self, error: BaseException) -> None:
+        log.exception("Ditto live runtime failed", exc_info=error)
+        self._error = error
+        with self._wake:
+            streams = list(self._streams.values())
+            self._streams.clear()
+        for state in streams:
+            state.deliver(DittoError(f"the live runtime failed: {type(error).__name__}: {error}"))
+
+    def _take_input(self, state: StreamState, now: float) -> None:
+        """Move pushed speech into the stream's schedule; HuBERT every complete window."""
+        with state.lock:
+            pending, state.pending, state.pending_samples = state.pending, [], 0
+            end, clear = state.end_requested, state.clear_requested
+            state.clear_requested = False
+            if state.backlog >= state.config.max_backlog_frames:
+                state.stalled_since = state.stalled_since or now
+            else:
+                state.stalled_since = None
+        if clear:
+            # Speech from the first frame not yet released is gone; frames keep their positions.
+            resume = state.audio.clear()
+            cut = min(resume, state.motion.frames_out * SAMPLES_PER_FRAME)
+            state.speech.truncate(cut)
+            state.speech.append(torch.zeros(max(0, resume - state.speech.end)))
+            state.push_times.clear()
+        for samples, pushed in pending:
+            state.audio.push(samples)
+            state.speech.append(samples)
+            state.push_times.append((state.audio.received, pushed))
+        if end and not state.audio.ended:
+            state.audio.end()
+        idle = state.config.idle and not state.audio.ended and not pending and not state.audio.has_window()
+        if idle and now >= state.next_silence:
+            silence = torch.zeros(state.audio.hop)
+            state.audio.push(silence)
+            state.speech.append(silence)
+            state.push_times.append((state.audio.received, now))
+            state.next_silence = now + state.audio.hop / SAMPLE_RATE
+            state.silence_windows += 1
+        for _ in range(_HUBERT_WINDOWS_PER_ROUND):
+            if not state.audio.has_window():
+                break
+            needed = state.audio.windows_done * state.audio.hop + state.audio.window.num_samples - state.audio.lead_in
+            state.window_times.append(self._arrival(state, needed, now))
+            state.motion.push(self.hubert.encode_window(state.audio.next_window()))
+        if state.audio.ended and not state.audio.has_window() and not state.motion.ended:
+            state.motion.end()
+
+    @staticmethod
+    def _arrival(state: StreamState, sample: int, now: float) -> float:
+        """When speech sample position ``sample`` had arrived (now, for the zeros of the end)."""
+        while state.push_times and state.push_times[0][0] < sample:
+            state.push_times.popleft()
+        return state.push_times[0][1] if state.push_times else now
+
+    def _motion_round(self, streams: list[StreamState]) -> list[RenderJob]:
+        now = time.monotonic()
+        windows: list[tuple[StreamState, MotionWindow]] = []
+        jobs: list[RenderJob] = []
+        for state in streams:
+            try:
+                self._take_input(state, now)
+                if state.stalled_since is not None or state.finished:
+                    continue
+                window = state.motion.next_window()
+                if window is not None:
+                    windows.append((state, window))
+                elif state.motion.finished:
+                    state.finished = True
+                    jobs.append(RenderJob(state, state.epoch, state.motion.frames_out, None, torch.zeros(0, 640),
+                                          now, final=True))
+            except DittoError as error:
+                self._fail(state, error)
+        groups: dict[int, list[tuple[StreamState, MotionWindow]]] = {}
+        for state, window in windows:
+            groups.setdefault(id(state.sampler), []).append((state, window))
+        for group in groups.values():
+            try:
+                preds = self._sample(group)
+            except DittoError as error:
+                for state, _ in group:
+                    self._fail(state, error)
+                continue
+            for (state, window), pred in zip(group, preds):
+                try:
+                    job = self._release(state, window, pred, now)
+                except DittoError as error:
+                    self._fail(state, error)
+                    continue
+                if job is not None:
+                    jobs.append(job)
+        return jobs
+
+    def _sample(self, group: list[tuple[StreamState, MotionWindow]]) -> Tensor:
+        """One batched DDIM call for windows of several streams: (B, 80, 265).
+
+        The batch is padded (with copies of its last window) to a power of two, so a sampler sees
+        a handful of shapes, each recorded (and compiled) once, whatever the number of streams.
+        """
+        sampler = group[0][0].sampler
+        kp = torch.cat([w.kp_cond for _, w in group])
+        cond = torch.stack([w.cond for _, w in group])
+        x_T = torch.cat([torch.randn((1, WINDOW, MOTION_DIM), generator=s.generator, device=self.device)
+                         for s, _ in group])
+        noise = torch.cat([s.noise for s, _ in group], dim=1)
+        n = len(group)
+        size = lmdm_batch(n)
+        if size > n:
+            kp, cond, x_T = (torch.cat([t, t[-1:].expand(size - n, *t.shape[1:])]) for t in (kp, cond, x_T))
+            noise = torch.cat([noise, noise[:, -1:].expand(-1, size - n, -1, -1)], dim=1)
+        return sampler.sample(kp, cond, x_T, noise)[:n]
+
+    def warm_up(self, source: SourceInfo, options: MotionOptions) -> None:
+        """Record every sampler batch size up to ``max_streams`` and compile every render size, so
+        that no stream waits for a compilation (call before serving; minutes when nothing is cached).
+        Nothing to do off CUDA: there is no graph to record."""
+        if self.device.type != "cuda":
+            return
+        with torch.inference_mode():
+            sampler = self.sampler(options)
+            kp = build_kp_condition(source.to(self.device))
+            cond = torch.zeros(1, WINDOW, self.pipeline.models.cond_dim, device=self.device)
+            size = 1
+            while True:
+                x = torch.zeros(size, WINDOW, MOTION_DIM, device=self.device)
+                sampler.sample(kp.expand(size, -1), cond.expand(size, -1, -1), x, torch.zeros(sampler.noise_shape(size),
+                                                                                               device=self.device))
+                if size >= self.max_streams:
+                    break
+                size = lmdm_batch(size + 1)
+        if hasattr(self.renderer, "warm_up"):
+            device_source = source.to(self.device)
+            self._on_render_thread(lambda: self.renderer.warm_up(device_source))
+
+    def _release(self, state: StreamState, window: MotionWindow, pred: Tensor, now: float) -> Optional[RenderJob]:
+        first = state.motion.frames_out
+        vectors = state.motion.accept(window, pred)
+        ready = state.window_times.popleft() if state.window_times else now
+        if vectors.shape[0] == 0:
+            return None
+        frames = torch.arange(first, first + vectors.shape[0], device=self.device)
+        motion = stitch_motion(vectors, state.source, self.pipeline.models.stitch_network, state.options,
+                               frames=frames, reference=state.motion.reference)
+        start = first * SAMPLES_PER_FRAME
+        audio = state.speech.read(start, vectors.shape[0] * SAMPLES_PER_FRAME).view(-1, SAMPLES_PER_FRAME)
+        state.speech.discard_before(start + audio.numel())
+        with state.lock:
+            state.backlog += vectors.shape[0]
+        return RenderJob(state, state.epoch, first, motion, audio, ready)
+
+    def _fail(self, state: StreamState, error: BaseException) -> None:
+        log.warning("Ditto live stream %d failed: %s", state.id, error)
+        self.close_state(state)
+        state.deliver(error)
+
+    # -- render thread ------------------------------------------------------------------------
+
+    def _queue_render(self, jobs: list[RenderJob]) -> None:
+        with self._render_ready:
+            # Two rounds in flight at most: the motion thread waits rather than run ahead of the device.
+            while len(self._render_queue) >= 2 and not self._stopping:
+                self._render_ready.wait(timeout=0.1)
+            self._render_queue.append(jobs)
+            self._render_ready.notify_all()
+
+    def _render_loop(self) -> None:
+        try:
+            _cudagraph_thread_state()
+            with torch.inference_mode():
+                while True:
+                    with self._render_ready:
+                        while not self._render_queue and not self._stopping:
+                            self._render_ready.wait(timeout=0.1)
+                        if self._stopping:
+                            return
+                        jobs = self._render_queue.popleft()
+                        self._render_ready.notify_all()
+                    if callable(jobs):  # work that must run on this thread (warm_up)
+                        jobs()
+                    else:
+                        self._render_round(jobs)
+        except BaseException as error:
+            self._fail_all(error)
+
+    def _on_render_thread(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the render thread (where the engines' CUDA graphs live) and wait for it."""
+        done, failure = threading.Event(), []
+
+        def task() -> None:
+            try:
+                fn()
+            except BaseException as error:  # handed back to the caller
+                failure.append(error)
+            finally:
+                done.set()
+
+        with self._render_ready:
+            self._render_queue.append(task)
+            self._render_ready.notify_all()
+        while not done.wait(timeout=0.5):
+            if self._error is not None or self._stopping:
+                raise DittoError("the live runtime stopped before its warm-up finished")
+        if failure:
+            raise failure[0]
+
+    def _render_round(self, jobs: list[RenderJob]) -> None:
+        live = [j for j in jobs if j.motion is not None and not j.stream.closed and j.epoch == j.stream.epoch]
+        images = self.renderer.render(live) if live else []
+        done = time.monotonic()
+        by_job = dict(zip(map(id, live), images))
+        for job in jobs:
+            state = job.stream
+            if state.closed or job.epoch != state.epoch:
+                continue
+            if job.motion is not None:
+                latency = done - job.ready_since
+                state.chunk_latency.append(latency)
+                if state.first_frame_latency is None:
+                    state.first_frame_latency = latency
+                frames = by_job[id(job)]
+                for k in range(frames.shape[0]):
+                    self._deliver_frame(state, job, k, frames[k])
+            if job.final:
+                state.deliver(None)
+
+    def _deliver_frame(self, state: StreamState, job: RenderJob, k: int, image: Tensor) -> None:
+        index = job.first_frame + k
+        pcm = (job.audio[k].clamp(-1, 1) * 32767).round().to(torch.int16)
+        frame = LiveFrame(index=index, pts=index / FPS, audio=pcm)
+        if state.config.output == "rgb":
+            frame.image = image
+            state.deliver((job.epoch, frame))
+            return
+        if state.config.output == "h264":
+            if state.video_encoder is None:
+                state.video_encoder = _H264Encoder(*image.shape[:2])
+            future = state.video_encoder.submit(frame, image)
+        else:
+            future = self._encoders.submit(_encode_jpeg, frame, image, state.config.quality)
+        state.deliver((job.epoch, future))
+
+
+def _cudagraph_thread_state() -> None:
+    """Give this thread the CUDA-graph-tree state torch gives its own threads.
+
+    Before torch 2.13 a ``torch.compile(mode="reduce-overhead")`` callable asserts when called
+    from a Python thread that torch did not create (pytorch/pytorch#123177, fixed by #184357);
+    this sets up the same thread-local containers the fix creates lazily. Nothing on 2.13+.
+    """
+    try:
+        from torch._inductor import cudagraph_trees
+    except ImportError:  # a torch without Inductor: nothing is compiled
+        return
+    local = cudagraph_trees.local
+    if hasattr(local, "tree_manager_containers"):
+        return
+    from collections import defaultdict
+
+    local.tree_manager_containers = {}
+    local.tree_manager_locks = defaultdict(threading.Lock)
+    torch._C._stash_obj_in_tls("tree_manager_containers", local.tree_manager_containers)
+    torch._C._stash_obj_in_tls("tree_manager_locks", local.tree_manager_locks)
+
+
+def lmdm_batch(windows: int) -> int:
+    """The sampler batch size ``windows`` windows are padded to: the next power of two."""
+    return 1 << max(0, windows - 1).bit_length()
+
+
+def _encode_jpeg(frame: LiveFrame, image: Tensor, quality: int) -> LiveFrame:
+    import cv2
+
+    ok, data = cv2.imencode(".jpg", image.numpy()[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, quality])
+    if not ok:
+        raise DittoError("JPEG encoding of a live frame failed")
+    frame.packet = data.tobytes()
+    return frame
+
+
+class _H264Encoder:
+    """x264 for one stream (ultrafast, zero latency: one access unit out per frame in, no B-frames),
+    on a thread of its own so that frames stay in order."""
+
+    def __init__(self, height: int, width: int) -> None:
+        import av
+
+        self._av = av
+        self._codec = av.CodecContext.create("libx264", "w")
+        self._codec.width, self._codec.height, self._codec.pix_fmt = width, height, "yuv420p"
+        self._codec.time_base = Fraction(1, FPS)
+        self._codec.options = {"preset": "ultrafast", "tune": "zerolatency", "g": str(2 * FPS)}
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="ditto-live-h264")
+
+    def submit(self, frame: LiveFrame, image: Tensor):
+        return self._thread.submit(self._encode, frame, image)
+
+    def _encode(self, frame: LiveFrame, image: Tensor) -> LiveFrame:
+        picture = self._av.VideoFrame.from_ndarray(image.numpy(), format="rgb24").reformat(format="yuv420p")
+        picture.pts = frame.index
+        frame.packet = b"".join(bytes(packet) for packet in self._codec.encode(picture))
+        return frame
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=False, cancel_futures=True)
+
+
+def output_size(height: int, width: int, max_size: Optional[int]) -> tuple[int, int]:
+    """(H, W) scaled down so that the longer side is at most ``max_size`` (unchanged if it already is)."""
+    if max_size is None or max(height, width) <= max_size:
+        return height, width
+    scale = max_size / max(height, width)
+    return max(1, round(height * scale)), max(1, round(width * scale))
+
+
+class EngineRenderer:
+    """Warp+decode of a round's frames in cross-stream batches, then put-back and scaling per stream."""
+
+    def __init__(self, models, compile: bool, batch_ladder: tuple[int, ...] = BATCH_LADDER) -> None:
+        self.models = models
+        self.compile = compile
+        self.ladder = tuple(sorted(batch_ladder))
+        self._engines: dict[int, WarpDecodeEngine] = {}
+
+    def engine(self, frames: int) -> WarpDecodeEngine:
+        """The engine for a batch of ``frames``: the smallest compiled size that holds them."""
+        size = next((b for b in self.ladder if b >= frames), self.ladder[-1])
+        if size not in self._engines:
+            self._engines[size] = WarpDecodeEngine(
+                self.models.warp_network, self.models.decoder, batch_size=size, compile=self.compile
+            )
+        return self._engines[size]
+
+    def warm_up(self, source: SourceInfo) -> None:
+        """Compile (or load from the compile cache) every ladder size before streams arrive, in both
+        forms: one feature volume shared by the batch, and one volume per frame (several avatars)."""
+        with torch.inference_mode():
+            kp = source.motion.kp[:1].reshape(1, -1, 3).to(self.models.device, torch.float32)
+            for size in self.ladder:
+                engine = self.engine(size)
+                kp_batch = kp.expand(size, -1, -1)
+                for volumes in (source.f_s[:1], source.f_s[:1].expand(size, *source.f_s.shape[1:])):
+                    engine.render_batch(volumes, kp_batch, kp_batch)
+
+    def render(self, jobs: list[RenderJob]) -> list[Tensor]:
+        f_s, kp_s, kp_d = [], [], []
+        # One avatar's single volume (however many streams show it) is expanded inside the graph.
+        shared = len({j.stream.source.f_s.data_ptr() for j in jobs}) == 1 and len(jobs[0].stream.source) == 1
+        for job in jobs:
+            source, motion = job.stream.source, job.motion
+            if not shared:
+                f_s.append(source.f_s.index_select(0, motion.source_index))
+            kp_s.append(motion.kp_source)
+            kp_d.append(motion.kp_driving)
+        kp_s, kp_d = torch.cat(kp_s), torch.cat(kp_d)
+        volumes = jobs[0].stream.source.f_s[:1] if shared else torch.cat(f_s)
+        total, start, renders = kp_d.shape[0], 0, []
+        while start < total:
+            engine = self.engine(total - start)
+            stop = min(total, start + engine.batch_size)
+            rows = volumes if shared else volumes[start:stop]
+            renders.append(engine.render_batch(rows, kp_s[start:stop], kp_d[start:stop]))
+            start = stop
+        renders = torch.cat(renders)
+        out, start = [], 0
+        for job in jobs:
+            source, k = job.stream.source, job.motion.kp_driving.shape[0]
+            frames = paste_back(source.frames, renders[start : start + k], source.M_c2o,
+                                source_index=job.motion.source_index)
+            start += k
+            out.append(_scaled(frames, job.stream.config.frame_size(*source.frames.shape[1:3])).cpu())
+        return out
+
+
+def _scaled(frames: Tensor, size: tuple[int, int]) -> Tensor:
+    """(k, H, W, 3) uint8 -> (k, *size, 3) uint8, scaled on the device."""
+    height, width = frames.shape[1:3]
+    if size == (height, width):
+        return frames
+    images = frames.permute(0, 3, 1, 2).float()
+    images = F.interpolate(images, size=size, mode="bilinear", antialias=True, align_corners=False)
+    return images.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()

@@ -1,0 +1,453 @@
+"""The live avatar over WebSocket (aiohttp): standalone (``python -m ditto_core serve``) or on ComfyUI's server.
+
+Routes (the same in both; ComfyUI mounts them on its own server):
+
+* ``GET /ditto/live`` -- the browser page (``web/live.html``): microphone in, avatar out;
+* ``GET /ditto/live/avatars`` -- JSON list of the avatar ids that can be opened;
+* ``GET /ditto/live/ws`` -- the stream. Protocol (docs/LIVE.md has the full text):
+
+  1. client -> ``{"type": "open", "avatar": ID, "sample_rate": 16000, "output": "jpeg" | "h264",
+     "max_size": 720, "quality": 85, "idle": true, "options": {...MotionOptions fields...}}``
+  2. server -> ``{"type": "ready", "stream": N, "fps": 25, "width": W, "height": H,
+     "audio_rate": 16000, "frame_samples": 640}``
+  3. client -> binary messages of PCM16 little-endian mono speech at its ``sample_rate``, any
+     size up to the message limit; text ``{"type": "end" | "clear" | "stats"}``.
+  4. server -> one binary message per frame (:func:`pack_frame`: header, the JPEG or H.264
+     Annex-B access unit, the frame's 40 ms of 16 kHz PCM16), text ``{"type": "cleared"}``, ``{"type": "stats", ...}``,
+     ``{"type": "end", "frames": n}`` after the last frame of an ended stream, and on any
+     problem ``{"type": "error", "code": ..., "message": ...}`` followed by a close with the
+     code of :data:`CLOSE_CODES`.
+
+Without a token only clients on this machine are served; a server reachable from elsewhere is
+started with a token, which clients pass as ``?token=`` (browsers cannot set headers on a
+WebSocket) or an ``Authorization: Bearer`` header.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hmac
+import ipaddress
+import json
+import logging
+import struct
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from ..audio.loading import check_sample_rate
+from ..errors import DittoError, InputError
+from ..precision import NETWORK_PRECISIONS
+from ..motion.motion_options import MotionOptions
+from ..registration.source_info import SourceInfo
+from .runtime import BackpressureError, CapacityError, LiveFrame, LiveRuntime, StreamConfig
+from .stream import AvatarStream
+
+log = logging.getLogger(__name__)
+
+PREFIX = "/ditto/live"
+PAGE = Path(__file__).resolve().parents[2] / "web" / "live.html"
+FRAME_MAGIC = b"DLF1"
+FRAME_HEADER = struct.Struct("<4sIdII")  # magic, frame index, pts (s), image bytes, audio bytes
+CLOSE_CODES = {
+    "bad_request": 4400,
+    "unauthorized": 4401,
+    "unknown_avatar": 4404,
+    "not_reading": 4408,
+    "too_large": 4413,
+    "capacity": 4429,
+    "internal": 4500,
+}
+OPTION_FIELDS = (
+    "emo", "eye_f0_mode", "steps", "seed", "smo_k_d", "fix_kp_cond", "sampler_precision", "sampler_compile",
+    "use_d_keys", "relative_d", "drive_eye", "delta_eye_open_n", "delta_pitch", "delta_yaw", "delta_roll",
+    "alpha_pitch", "alpha_yaw", "alpha_roll", "flag_stitching",
+)
+"""MotionOptions a client may set (the per-frame and fade options need a clip's length)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one connection may send and how long it may keep the server waiting."""
+
+    max_message_bytes: int = 1 << 20  # one binary message: 1 MiB is 32 s of 16 kHz PCM16
+    max_control_bytes: int = 16 << 10
+    open_timeout_s: float = 10.0  # the first message must come within this
+    stall_timeout_s: float = 5.0  # a client that takes no frames for this long is disconnected
+
+
+def pack_frame(frame: LiveFrame) -> bytes:
+    """One frame as a binary message: header, the image (JPEG or H.264), the audio (PCM16 LE, 16 kHz)."""
+    image = frame.packet or b""
+    audio = frame.audio.numpy().astype("<i2").tobytes()
+    return FRAME_HEADER.pack(FRAME_MAGIC, frame.index, frame.pts, len(image), len(audio)) + image + audio
+
+
+def unpack_frame(data: bytes) -> tuple[int, float, bytes, bytes]:
+    """``(index, pts, image, audio)`` of a :func:`pack_frame` message (clients, tests)."""
+    magic, index, pts, n_image, n_audio = FRAME_HEADER.unpack_from(data)
+    if magic != FRAME_MAGIC:
+        raise ValueError("not a Ditto live frame")
+    start = FRAME_HEADER.size
+    return index, pts, data[start : start + n_image], data[start + n_image : start + n_image + n_audio]
+
+
+class UnknownAvatar(DittoError):
+    pass
+
+
+class LiveAvatars:
+    """Avatars that clients may open, each with the runtime of the pipeline it was registered with.
+
+    One runtime per pipeline (its device, its models), shared by every avatar of that pipeline;
+    ``runtime_options`` go to every :class:`LiveRuntime` it makes.
+    """
+
+    def __init__(self, **runtime_options: Any) -> None:
+        self._lock = threading.Lock()
+        self._avatars: dict[str, tuple[Any, SourceInfo]] = {}
+        self._runtimes: dict[int, LiveRuntime] = {}
+        self._runtime_options = runtime_options
+
+    def publish(self, avatar_id: str, pipeline, source: SourceInfo) -> None:
+        if not isinstance(avatar_id, str) or not avatar_id or len(avatar_id) > 128:
+            raise InputError(f"avatar id must be a non-empty string of at most 128 characters, got {avatar_id!r}.")
+        with self._lock:
+            self._avatars[avatar_id] = (pipeline, source)
+
+    def ids(self) -> list[str]:
+        with self._lock:
+            return sorted(self._avatars)
+
+    def open(self, avatar_id: Any) -> tuple[LiveRuntime, SourceInfo]:
+        with self._lock:
+            entry = self._avatars.get(avatar_id) if isinstance(avatar_id, str) else None
+            if entry is None:
+                known = ", ".join(sorted(self._avatars)) or "none are published"
+                raise UnknownAvatar(f"unknown avatar {avatar_id!r}; the server has: {known}.")
+            pipeline, source = entry
+            runtime = self._runtimes.get(id(pipeline))
+            if runtime is None:
+                runtime = self._runtimes[id(pipeline)] = LiveRuntime(pipeline, **self._runtime_options)
+            return runtime, source
+
+    def shutdown(self) -> None:
+        with self._lock:
+            runtimes, self._runtimes = list(self._runtimes.values()), {}
+        for runtime in runtimes:
+            runtime.shutdown()
+
+
+def _is_loopback(host: Optional[str]) -> bool:
+    if host in ("localhost", None):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _authorized(request, token: Optional[str]) -> bool:
+    if token is None:
+        return _is_loopback(request.remote)
+    given = request.query.get("token", "")
+    header = request.headers.get("Authorization", "")
+    if header.startswith("Bearer "):
+        given = header[len("Bearer "):]
+    return hmac.compare_digest(given.encode(), token.encode())
+
+
+class _Closed(Exception):
+    """Raised inside a session to end it with a close code and an error message to the client."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def _parse_open(msg: dict) -> tuple[str, int, MotionOptions, StreamConfig]:
+    if msg.get("type") != "open":
+        raise _Closed("bad_request", f'the first message must be {{"type": "open", ...}}, got type {msg.get("type")!r}.')
+    allowed = {"type", "avatar", "sample_rate", "output", "max_size", "quality", "idle", "options"}
+    unknown = sorted(set(msg) - allowed)
+    if unknown:
+        raise _Closed("bad_request", f"open: unknown fields {unknown}; allowed: {sorted(allowed)}.")
+    rate = msg.get("sample_rate", 16000)
+    options = msg.get("options") or {}
+    if not isinstance(options, dict):
+        raise _Closed("bad_request", f"open: options must be an object of MotionOptions fields, got {options!r}.")
+    bad = sorted(set(options) - set(OPTION_FIELDS))
+    if bad:
+        raise _Closed("bad_request", f"open: options {bad} cannot be set on a stream; allowed: {list(OPTION_FIELDS)}.")
+    try:
+        motion = MotionOptions(**options)
+        config = StreamConfig(output=msg.get("output", "jpeg"), max_size=msg.get("max_size"),
+                              quality=msg.get("quality", 85), idle=bool(msg.get("idle", True)))
+    except InputError as error:
+        raise _Closed("bad_request", f"open: {error}") from None
+    if config.output == "rgb":
+        raise _Closed("bad_request", 'open: over WebSocket the output is "jpeg" or "h264".')
+    try:
+        rate = check_sample_rate(rate, "open: sample_rate")
+    except InputError as error:
+        raise _Closed("bad_request", str(error)) from None
+    return msg.get("avatar"), rate, motion, config
+
+
+class _Session:
+    """One WebSocket connection: at most one stream."""
+
+    def __init__(self, ws, avatars: LiveAvatars, limits: Limits) -> None:
+        self.ws, self.avatars, self.limits = ws, avatars, limits
+        self.stream: Optional[AvatarStream] = None
+        self.rate = 16000
+
+    async def send_json(self, payload: dict) -> None:
+        if not self.ws.closed:
+            await self.ws.send_str(json.dumps(payload))
+
+    async def fail(self, code: str, message: str) -> None:
+        """Tell the client what went wrong, then close; never waits long on a client that does not read."""
+        log.info("Ditto live: closing a connection (%s): %s", code, message)
+        try:
+            await asyncio.wait_for(self._close_with(code, message), timeout=2)
+        except (asyncio.TimeoutError, ConnectionError):
+            pass
+
+    async def _close_with(self, code: str, message: str) -> None:
+        await self.send_json({"type": "error", "code": code, "message": message})
+        await self.ws.close(code=CLOSE_CODES[code], message=message[:120].encode())
+
+    async def run(self) -> None:
+        sender = None
+        try:
+            await self._open()
+            sender = asyncio.ensure_future(self._send_frames())
+            receiver = asyncio.ensure_future(self._receive())
+            done, _ = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # re-raises _Closed
+            if sender in done:
+                receiver.cancel()
+            else:
+                sender.cancel()
+        except _Closed as closed:
+            await self.fail(closed.code, closed.message)
+        except Exception as error:  # a bug: the client still hears why its stream stopped
+            log.exception("Ditto live session failed")
+            await self.fail("internal", f"internal error: {type(error).__name__}: {error}")
+        finally:
+            if sender is not None:
+                sender.cancel()
+            if self.stream is not None:
+                self.stream.close()
+
+    async def _open(self) -> None:
+        import aiohttp
+
+        try:
+            msg = await self.ws.receive(timeout=self.limits.open_timeout_s)
+        except asyncio.TimeoutError:
+            raise _Closed("bad_request", f"no open message within {self.limits.open_timeout_s:g} s.") from None
+        if msg.type != aiohttp.WSMsgType.TEXT:
+            raise _Closed("bad_request", 'the first message must be text: {"type": "open", "avatar": ...}.')
+        avatar_id, self.rate, options, config = _parse_open(self._json(msg.data))
+        try:
+            runtime, source = self.avatars.open(avatar_id)
+            self.stream = AvatarStream(runtime, source, options, config)
+        except UnknownAvatar as error:
+            raise _Closed("unknown_avatar", str(error)) from None
+        except CapacityError as error:
+            raise _Closed("capacity", str(error)) from None
+        except DittoError as error:
+            raise _Closed("bad_request", f"open: {error}") from None
+        height, width = self.stream.frame_size
+        await self.send_json({"type": "ready", "stream": self.stream.id, "fps": 25, "width": width, "height": height,
+                              "audio_rate": 16000, "frame_samples": 640, "output": config.output})
+
+    def _json(self, text: str) -> dict:
+        if len(text) > self.limits.max_control_bytes:
+            raise _Closed("too_large", f"control message of {len(text)} bytes; the limit is "
+                                       f"{self.limits.max_control_bytes}.")
+        try:
+            msg = json.loads(text)
+        except ValueError as error:
+            raise _Closed("bad_request", f"control messages must be JSON objects ({error}).") from None
+        if not isinstance(msg, dict):
+            raise _Closed("bad_request", f"control messages must be JSON objects, got {type(msg).__name__}.")
+        return msg
+
+    async def _receive(self) -> None:
+        import aiohttp
+
+        while True:
+            msg = await self.ws.receive()
+            if msg.type == aiohttp.WSMsgType.BINARY:
+                if len(msg.data) > self.limits.max_message_bytes:
+                    raise _Closed("too_large", f"audio message of {len(msg.data)} bytes; the limit is "
+                                               f"{self.limits.max_message_bytes}: send smaller chunks.")
+                try:
+                    self.stream.push_audio(msg.data, self.rate)
+                except BackpressureError as error:
+                    raise _Closed("not_reading", str(error)) from None
+                except InputError as error:
+                    raise _Closed("bad_request", str(error)) from None
+            elif msg.type == aiohttp.WSMsgType.TEXT:
+                await self._control(self._json(msg.data))
+            else:  # closed by the client, or a protocol error: nothing more to read
+                return
+
+    async def _control(self, msg: dict) -> None:
+        kind = msg.get("type")
+        if kind == "end":
+            self.stream.end()
+        elif kind == "clear":
+            self.stream.clear()
+            await self.send_json({"type": "cleared"})
+        elif kind == "stats":
+            await self.send_json({"type": "stats", **self.stream.stats()})
+        else:
+            raise _Closed("bad_request", f'unknown control message type {kind!r}; use "end", "clear" or "stats".')
+
+    async def _send_frames(self) -> None:
+        frames = 0
+        watchdog = asyncio.ensure_future(self._watch_stall())
+        try:
+            async for frame in self.stream:
+                await self.ws.send_bytes(pack_frame(frame))
+                frames += 1
+        except DittoError as error:
+            raise _Closed("internal", str(error)) from None
+        finally:
+            watchdog.cancel()
+        await self.send_json({"type": "end", "frames": frames})
+        await self.ws.close()
+
+    async def _watch_stall(self) -> None:
+        while True:
+            await asyncio.sleep(0.25)
+            if self.stream.stalled_for() > self.limits.stall_timeout_s:
+                await self.fail("not_reading", f"the client took no frames for {self.limits.stall_timeout_s:g} s; "
+                                               "read frames as they come (the stream was closed).")
+                self.stream.close()
+                return
+
+
+def _aiohttp_web():
+    try:
+        from aiohttp import web
+    except ImportError:
+        raise DittoError("the live server needs aiohttp: pip install aiohttp (ComfyUI already has it).") from None
+    return web
+
+
+def add_live_routes(routes, avatars: LiveAvatars, token: Optional[str] = None, limits: Limits = Limits()) -> None:
+    """Register the live routes on an aiohttp ``RouteTableDef`` (ComfyUI's ``PromptServer.instance.routes``)."""
+    web = _aiohttp_web()
+
+    @routes.get(PREFIX)
+    async def live_page(request):
+        return web.FileResponse(PAGE)
+
+    @routes.get(PREFIX + "/avatars")
+    async def live_avatars(request):
+        if not _authorized(request, token):
+            return web.json_response({"error": _UNAUTHORIZED}, status=401)
+        return web.json_response({"avatars": avatars.ids()})
+
+    @routes.get(PREFIX + "/ws")
+    async def live_socket(request):
+        ws = web.WebSocketResponse(max_msg_size=2 * limits.max_message_bytes, heartbeat=30)
+        await ws.prepare(request)
+        session = _Session(ws, avatars, limits)
+        if not _authorized(request, token):
+            await session.fail("unauthorized", _UNAUTHORIZED)
+        else:
+            await session.run()
+        return ws
+
+
+_UNAUTHORIZED = ("this live server needs its token: connect with ?token=... (clients on other machines are "
+                 "only served by a server started with --token)")
+
+
+def create_app(avatars: LiveAvatars, token: Optional[str] = None, limits: Limits = Limits()):
+    """The standalone aiohttp application; shutting it down stops the avatars' runtimes."""
+    web = _aiohttp_web()
+
+    app = web.Application()
+    routes = web.RouteTableDef()
+    add_live_routes(routes, avatars, token, limits)
+    app.add_routes(routes)
+
+    async def stop_runtimes(app):
+        await asyncio.get_running_loop().run_in_executor(None, avatars.shutdown)
+
+    app.on_shutdown.append(stop_runtimes)
+    return app
+
+
+# -- CLI ------------------------------------------------------------------------------------
+
+
+def add_parser(subparsers) -> None:
+    """``python -m ditto_core serve``."""
+    p = subparsers.add_parser("serve", help="live avatar server (WebSocket; browser page at /ditto/live)")
+    p.add_argument("--avatar", action="append", default=[], metavar="ID=IMAGE",
+                   help="register a portrait (or a short video) under ID; repeatable")
+    p.add_argument("--models", type=Path, default=Path("models/ditto"), help="folder with the official Ditto files")
+    p.add_argument("--random-weights", action="store_true",
+                   help="random networks, no face detector, stand-in HuBERT (protocol tests; the video is noise)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--token", default=None, help="secret clients must send (?token=...); required off loopback")
+    p.add_argument("--max-streams", type=int, default=4, help="live streams admitted at once (bench_live.py "
+                                                              "measures what a device sustains)")
+    p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda when available)")
+    p.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp16",
+                   help="image networks' precision (fp16: the fast path)")
+    p.add_argument("--no-compile", action="store_true", help="run warp+decode eagerly")
+    p.add_argument("--cache-dir", type=Path, default=None, help="avatar cache folder (default: next to --models)")
+
+
+def run(args: argparse.Namespace) -> int:
+    web = _aiohttp_web()
+    from ..pipeline import DittoPipeline
+    from ..precision import network_dtype
+    from ..registration.image_io import load_source
+    from ..registration.options import RegistrationOptions
+
+    if not _is_loopback(args.host) and not args.token:
+        raise InputError(
+            f"--host {args.host} makes the server reachable from other machines: pass --token SECRET as well "
+            "(clients then connect with ?token=SECRET), or bind to 127.0.0.1."
+        )
+    avatar_specs = []
+    for spec in args.avatar:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise InputError(f"--avatar {spec!r}: expected ID=IMAGE, e.g. --avatar anna=portrait.jpg.")
+        avatar_specs.append((name, Path(path)))
+    common = dict(device=args.device, dtype=network_dtype(args.precision), compile=not args.no_compile)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ditto_live_") as workdir:
+        if args.random_weights:
+            pipeline = DittoPipeline.random(Path(workdir), **common)
+        else:
+            pipeline = DittoPipeline.from_model_dir(
+                args.models, cache_dir=args.cache_dir or Path(args.models) / "cache", **common)
+        avatars = LiveAvatars(max_streams=args.max_streams)
+        registration = RegistrationOptions(detect_face=not args.random_weights)
+        for name, path in avatar_specs:
+            frames, is_image = load_source(path)
+            avatars.publish(name, pipeline, pipeline.register(frames, registration, is_image=is_image, name=str(path)))
+        if avatar_specs:  # record the graphs and compile the engines before the first client
+            runtime, source = avatars.open(avatar_specs[0][0])
+            runtime.warm_up(source, MotionOptions())
+        app = create_app(avatars, token=args.token)
+        print(f"Ditto live: serving http://{args.host}:{args.port}{PREFIX} (avatars: {', '.join(avatars.ids()) or 'none'})",
+              flush=True)
+        web.run_app(app, host=args.host, port=args.port, print=None, handle_signals=True)
+    return 0

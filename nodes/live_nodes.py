@@ -1,0 +1,68 @@
+"""Live avatars on ComfyUI's own server: the ``/ditto/live`` routes and the node that publishes an avatar.
+
+A workflow loads the models and registers the portrait as usual; **Publish Live Avatar** puts
+that avatar under an id, and browsers (``/ditto/live``, the page) or programs (the WebSocket at
+``/ditto/live/ws``) stream with it, on the models the workflow loaded (:data:`REGISTRY`). Clients
+on other machines need the token in the ``DITTO_LIVE_TOKEN`` environment variable.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+from comfy_api.latest import io
+
+from ditto_core.live.server import PREFIX, LiveAvatars, add_live_routes
+from ditto_core.registration.source_info import SourceInfo
+
+from . import ditto_types as T
+from .model_registry import REGISTRY, ModelHandle
+
+log = logging.getLogger(__name__)
+
+LIVE_AVATARS = LiveAvatars(max_streams=int(os.environ.get("DITTO_LIVE_MAX_STREAMS", "4")))
+"""The avatars ComfyUI's live routes can open (process-wide, like REGISTRY)."""
+
+
+def register_live_routes() -> bool:
+    """Mount the live routes on ComfyUI's server (once); False where there is no server (tests, scripts)."""
+    try:
+        from server import PromptServer
+    except ImportError:
+        return False
+    server = getattr(PromptServer, "instance", None)
+    if server is None or getattr(server, "_ditto_live_routes", False):
+        return False
+    add_live_routes(server.routes, LIVE_AVATARS, token=os.environ.get("DITTO_LIVE_TOKEN") or None)
+    server._ditto_live_routes = True
+    return True
+
+
+class PublishLiveAvatar(io.ComfyNode):
+    """Makes a registered avatar available to live streams under an id."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="DittoPublishLiveAvatar",
+            display_name="Publish Live Avatar",
+            category=T.CATEGORY,
+            description=f"Live streaming: browsers open {PREFIX} on this server (microphone in, avatar out); "
+                        f"programs use the WebSocket at {PREFIX}/ws with this id (docs/LIVE.md).",
+            inputs=[
+                T.MODELS.Input("models", tooltip="From Load Ditto Models: the streams run on these models."),
+                T.SOURCE.Input("source", tooltip="From Register Avatar."),
+                io.String.Input("avatar_id", default="avatar", tooltip="Name clients open the stream with."),
+            ],
+            outputs=[],
+            is_output_node=True,
+        )
+
+    @classmethod
+    def execute(cls, models: ModelHandle, source: SourceInfo, avatar_id: str) -> io.NodeOutput:
+        LIVE_AVATARS.publish(avatar_id, REGISTRY.pipeline(models), source)
+        log.info("Ditto live: avatar %r published at %s", avatar_id, PREFIX)
+        return io.NodeOutput(ui={"text": [f"live avatar '{avatar_id}': open {PREFIX}?avatar={avatar_id}"]})
+
+
+NODES = [PublishLiveAvatar]

@@ -1,0 +1,85 @@
+"""The live routes on ComfyUI's server: mounted by the extension's on_load, fed by Publish Live Avatar.
+
+ComfyUI's ``server.PromptServer`` is stood in for by a module holding an aiohttp
+``RouteTableDef`` (what ``PromptServer.instance.routes`` is); the app built from those routes is
+served on 127.0.0.1 and streamed from like the standalone one.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import types
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tests.comfy_stubs import load_pack
+from tests.live_support import ProjectionSampler, RecordingRenderer, light_pipeline
+from tests.test_conditions import random_source
+
+pack = load_pack()
+
+from comfyui_ditto_pack.nodes import live_nodes  # noqa: E402
+from comfyui_ditto_pack.nodes.model_registry import ModelHandle  # noqa: E402
+from ditto_core.live.server import LiveAvatars, unpack_frame  # noqa: E402
+
+
+@pytest.fixture
+def prompt_server(monkeypatch):
+    module = types.ModuleType("server")
+
+    class PromptServer:
+        instance = types.SimpleNamespace(routes=web.RouteTableDef())
+
+    module.PromptServer = PromptServer
+    monkeypatch.setitem(sys.modules, "server", module)
+    return PromptServer.instance
+
+
+def test_routes_on_comfyui_stream_a_published_avatar(prompt_server, monkeypatch, tmp_path):
+    pipeline = light_pipeline(tmp_path)
+    sampler = ProjectionSampler()
+    avatars = LiveAvatars(max_streams=1, renderer=RecordingRenderer(), sampler_factory=lambda options: sampler)
+    monkeypatch.setattr(live_nodes, "LIVE_AVATARS", avatars)
+    handle = ModelHandle(model_dir=str(tmp_path), device="cpu", precision="fp32")
+    monkeypatch.setattr(live_nodes.REGISTRY, "pipeline", lambda h: pipeline if h == handle else None)
+
+    extension = asyncio.run(pack.comfy_entrypoint())
+    asyncio.run(extension.on_load())
+    asyncio.run(extension.on_load())  # a second load does not mount the routes twice
+    paths = sorted(route.path for route in prompt_server.routes)
+    assert paths == ["/ditto/live", "/ditto/live/avatars", "/ditto/live/ws"]
+
+    out = live_nodes.PublishLiveAvatar.execute(models=handle, source=random_source(1, is_image=True), avatar_id="anna")
+    assert "anna" in out.ui["text"][0]
+
+    async def run():
+        app = web.Application()
+        app.add_routes(prompt_server.routes)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            async with aiohttp.ClientSession() as session:
+                ws = await session.ws_connect(f"http://127.0.0.1:{port}/ditto/live/ws")
+                await ws.send_str(json.dumps({"type": "open", "avatar": "anna", "idle": False}))
+                assert json.loads((await ws.receive(timeout=10)).data)["type"] == "ready"
+                await ws.send_bytes(b"\x00\x10" * 3200)
+                await ws.send_str(json.dumps({"type": "end"}))
+                frames = []
+                while True:
+                    msg = await ws.receive(timeout=10)
+                    if msg.type == aiohttp.WSMsgType.BINARY:
+                        frames.append(unpack_frame(msg.data)[0])
+                    elif msg.type != aiohttp.WSMsgType.TEXT:
+                        return frames, ws.close_code
+        finally:
+            await runner.cleanup()
+            avatars.shutdown()
+
+    frames, code = asyncio.run(run())
+    assert code == 1000 and frames == list(range(15))

@@ -1,0 +1,275 @@
+"""The streamed motion against a float64 transcription of Ditto's online schedule.
+
+``_reference_online`` follows ``stream_pipeline_online.py`` line by line in numpy: ``run_chunk``
+feeding (1920 zeros in front, 6480-sample windows every 3200 samples, zero-completed at the
+end), ``Wav2FeatHubert.__call__`` (rows [-14, -4) averaged in pairs), the silence lead-in of
+the feature buffer (offline ``wav2feat`` of zeros), the ``audio2motion`` worker with its item
+buffer, first-window priming, ``_fuse`` over ``min(overlap, valid)`` frames, ``_smo`` and
+``_update_kp_cond``, the ``ConditionHandler`` at negative frame indices, and ``MotionStitch`` with
+its ``d0`` set from the first window and its 3000-frame blink schedule (the per-frame stitch
+loop of the motion-stitch tests). The LMDM is the deterministic :class:`ProjectionSampler` on
+both sides; HuBERT is the stub ONNX model, replayed from its weights.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ditto_core.audio.hubert import HUBERT_ONNX_NAME
+from ditto_core.live import AvatarStream, LiveRuntime, OnlineAudio, StreamConfig
+from ditto_core.live.runtime import lmdm_batch
+from ditto_core.motion.motion_options import MotionOptions
+from tests.live_support import ProjectionSampler, RecordingRenderer, light_pipeline, projection
+from tests.test_audio_hubert import _oracle, _stub_rows
+from tests.test_conditions import random_source
+from tests.test_lmdm_sampler import reference_join
+from tests.test_motion_stitch import _reference_stitch, _sequential_fixed_schedule
+
+W = 80
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("live")
+
+
+@pytest.fixture(scope="module")
+def blink_table():
+    return 0.01 * torch.randn(6, 63, generator=torch.Generator().manual_seed(6))
+
+
+@pytest.fixture(scope="module")
+def pipeline(workdir, blink_table):
+    return light_pipeline(workdir, blink_table)
+
+
+@pytest.fixture(scope="module")
+def stub_weights(workdir, pipeline):
+    import onnx
+    from onnx import numpy_helper
+
+    tensors = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(workdir / HUBERT_ONNX_NAME)).graph.initializer}
+    return tensors["weight"][:, 0, :].astype(np.float64), tensors["bias"].astype(np.float64)
+
+
+def _soft_emotion(labels) -> np.ndarray:
+    logits = np.zeros(8)
+    logits[list(labels)] = 8
+    e = np.exp(logits - logits.max())
+    return e / e.sum()
+
+
+def _mirror(i: int, n: int) -> int:
+    lap, pos = divmod(i, n)
+    return pos if lap % 2 == 0 else n - pos - 1
+
+
+def _reference_online(audio, weights, src, emo_sets, overlap, smooth_k=3):
+    """Ditto's online audio -> motion vectors (and the stitch's d0), float64."""
+    # -- Wav2Feat for run_chunk, fed as inference.py feeds it --
+    padded = np.concatenate([np.zeros(3 * 640), audio.astype(np.float64)])
+    chunks = []
+    for i in range(0, len(padded), 5 * 640):
+        chunk = padded[i : i + 6480]
+        chunk = np.pad(chunk, (0, 6480 - len(chunk)))
+        chunks.append(_stub_rows(chunk, weights)[-14:-4].reshape(5, 2, 1024).mean(axis=1))
+
+    # -- ConditionHandler --
+    emo = np.stack([_soft_emotion(e) for e in emo_sets])
+    eye_open = src.eye_open.double().numpy()
+    eye_ball = src.eye_ball.double().numpy()
+    sc = src.source_kp.double().numpy().reshape(-1)
+
+    def condition(feat, idx):
+        frames = range(idx, idx + len(feat))
+        parts = [feat, emo[[max(i, 0) % len(emo) for i in frames]]]
+        for table in (eye_open, eye_ball):
+            parts.append(np.repeat(table[:1], len(feat), 0) if len(table) == 1
+                         else table[[_mirror(max(i, 0), len(table)) for i in frames]])
+        parts.append(np.repeat(sc[None], len(feat), 0))
+        return np.concatenate(parts, axis=1)
+
+    # -- Audio2Motion (online) --
+    m = src.motion
+    kp_source = np.concatenate([m.scale[0].double().numpy() - 1, *(getattr(m, k)[0].double().numpy()
+                                for k in ("pitch", "yaw", "roll", "t", "exp"))])
+    P = projection()
+    valid = W - overlap
+    fuse = min(overlap, valid)  # online: only the frames right before the new ones (offline: overlap)
+
+    audio_feat = _oracle(np.zeros(overlap * 640), weights)
+    assert len(audio_feat) == overlap
+    cond_idx_start = -len(audio_feat)
+    item_buffer = np.zeros((0, 1024))
+    res, valid_start, kp, d0 = None, None, kp_source.copy(), None
+    global_idx = local_idx = 0
+    out = []
+    for item in [*chunks, None]:
+        is_end = item is None
+        if not is_end:
+            item_buffer = np.concatenate([item_buffer, item])
+        if not is_end and len(item_buffer) < valid:
+            continue
+        audio_feat = np.concatenate([audio_feat, item_buffer])
+        item_buffer = np.zeros((0, 1024))
+        while True:
+            aud = audio_feat[local_idx : local_idx + W]
+            real_valid = valid
+            if len(aud) == 0:
+                break
+            if len(aud) < W:
+                if not is_end:
+                    break
+                real_valid = len(aud)
+                aud = np.concatenate([aud, np.repeat(aud[-1:], W - len(aud), 0)])
+            pred = condition(aud, global_idx + cond_idx_start) @ P + 0.5 * kp[None]
+            res = reference_join(res, pred, valid, fuse, smooth_k)
+            kp = res[len(res) - overlap - 1].copy()
+            if valid_start is None:
+                valid_start = len(res) - fuse
+                d0 = res[0].copy()
+                local_idx += real_valid
+                global_idx += real_valid
+                continue
+            out.append(res[valid_start : valid_start + real_valid])
+            valid_start += real_valid
+            local_idx += real_valid
+            global_idx += real_valid
+            if len(res) > 2 * W:
+                cut = len(res) - 2 * W
+                res, valid_start = res[cut:], valid_start - cut
+            if local_idx >= len(audio_feat):
+                break
+        if len(audio_feat) > 2 * W:
+            cut = len(audio_feat) - 2 * W
+            audio_feat, local_idx = audio_feat[cut:], local_idx - cut
+        if is_end:
+            break
+    return np.concatenate(out), d0
+
+
+def _split(samples: np.ndarray, sizes) -> list[np.ndarray]:
+    out, i, k = [], 0, 0
+    while i < len(samples):
+        n = sizes[k % len(sizes)]
+        out.append(samples[i : i + n])
+        i, k = i + n, k + 1
+    return out
+
+
+async def _stream_all(runtime, jobs):
+    """Run streams concurrently: ``jobs`` = [(source, options, chunks)]; returns each one's frames."""
+
+    async def one(source, options, chunks):
+        async with AvatarStream(runtime, source, options, StreamConfig(output="rgb", idle=False)) as stream:
+            for chunk in chunks:
+                stream.push_audio(chunk, 16000)
+                await asyncio.sleep(0)
+            stream.end()
+            return stream.id, [f async for f in stream]
+
+    return await asyncio.gather(*(one(*job) for job in jobs))
+
+
+@pytest.mark.slow  # the per-frame float64 stitch loop: about 5 s on 2 cores
+def test_streamed_motion_equals_the_online_reference(pipeline, stub_weights, blink_table):
+    """Two streams at once (batched windows), irregular chunk sizes, every frame against the reference."""
+    runtime = LiveRuntime(pipeline, max_streams=2, renderer=RecordingRenderer())
+    sampler = ProjectionSampler()
+    runtime.sampler = lambda options: sampler
+    g = np.random.default_rng(1)
+    cases = [
+        # a still portrait: eyes driven, blinks from the table every 7 open frames
+        (random_source(1, is_image=True, seed=2), MotionOptions(emo=(3, 4), delta_eye_open_n=7, delta_yaw=4.0),
+         0.1 * g.standard_normal(16000 + 1234), [1000, 7001, 333, 4000]),
+        # a video source: its frames ping-pong, per-frame emotions loop from negative frame numbers
+        (random_source(4, is_image=False, seed=3), MotionOptions(emo=((3,), (4,), (1, 2))),
+         0.1 * g.standard_normal(11111), [6480, 3200, 17]),
+    ]
+    results = asyncio.run(_stream_all(runtime, [(s, o, _split(a.astype(np.float32), sz)) for s, o, a, sz in cases]))
+    runtime.shutdown()
+    assert max(sampler.batches) == 2  # the two streams' windows went through one call
+
+    net64 = pipeline.models.stitch_network.double()
+    try:
+        for (stream_id, frames), (src, opts, audio, _) in zip(results, cases):
+            vectors, d0 = _reference_online(audio.astype(np.float32), stub_weights, src,
+                                            opts.emo if isinstance(opts.emo[0], tuple) else (opts.emo,), 75)
+            n = len(vectors)
+            # 5 frames per 3200 samples (the 1920-sample lead-in counted) + the final window's 5
+            assert n == 5 * math.ceil((len(audio) + 1920) / 3200) + 5
+            assert [f.index for f in frames] == list(range(n))
+            assert [f.pts for f in frames] == pytest.approx([i / 25 for i in range(n)])
+            recorded = sorted(runtime.renderer.motions[stream_id], key=lambda r: r[0])
+            got_d = torch.cat([m.kp_driving for _, m in recorded]).double().numpy()
+            got_index = torch.cat([m.source_index for _, m in recorded]).tolist()
+            schedule = _sequential_fixed_schedule(3000, 6, opts.delta_eye_open_n) if opts.delta_eye_open_n > 0 else [0] * 3000
+            rows = [schedule[i % 3000] for i in range(n)]
+            opts64 = runtime.pipeline.with_blink_table(opts)
+            ref_s, ref_d, ref_index = _reference_stitch(vectors, src, net64, opts64, rows, d0_vector=d0)
+            assert got_index == ref_index
+            assert got_d.shape == ref_d.shape
+            # frame for frame: the largest error of any frame, relative to the keypoints' scale
+            per_frame = np.abs(got_d - ref_d).reshape(n, -1).max(axis=1) / np.abs(ref_d).max()
+            assert per_frame.max() < 2e-5, per_frame.argmax()
+            # each frame carries its own 40 ms of the speech, as 16 kHz PCM16
+            speech = np.concatenate([audio, np.zeros(640 * n)])
+            for f in frames[:: max(1, n // 7)]:
+                expected = np.round(np.clip(speech[640 * f.index : 640 * f.index + 640], -1, 1) * 32767)
+                np.testing.assert_allclose(f.audio.numpy(), expected, atol=1)
+    finally:
+        pipeline.models.stitch_network.float()
+
+
+def test_online_windows_differ_from_offline_only_by_the_lead_in(pipeline, stub_weights):
+    """Online HuBERT windows are the offline ones of the speech without its first 80 samples (the
+    1920- instead of 2000-sample lead-in), from the second window on; the first window sees those 80."""
+    audio = (0.1 * np.random.default_rng(4).standard_normal(3 * 16000)).astype(np.float32)
+    online = OnlineAudio()
+    online.push(torch.from_numpy(audio))
+    online.end()
+    features = []
+    while online.has_window():
+        features.append(pipeline.hubert.encode_window(online.next_window()))
+    features = torch.cat(features).double().numpy()
+    offline_shifted = _oracle(audio[80:].astype(np.float64), stub_weights)
+    frames = min(len(offline_shifted), len(features)) - 5
+    np.testing.assert_allclose(features[5:frames], offline_shifted[5:frames], rtol=1e-4, atol=1e-4)
+    offline = _oracle(audio.astype(np.float64), stub_weights)
+    assert np.abs(features[:frames] - offline[:frames]).max() > 1e-2  # the 80-sample shift is real
+    assert np.abs(features[:5] - offline_shifted[:5]).max() > 1e-6  # and the first window differs
+
+
+def test_idle_animates_silence_and_clear_drops_queued_speech(pipeline):
+    runtime = LiveRuntime(pipeline, max_streams=1, renderer=RecordingRenderer())
+    runtime.sampler = lambda options: ProjectionSampler()
+    source = random_source(1, is_image=True, seed=2)
+
+    async def run():
+        stream = AvatarStream(runtime, source, MotionOptions(), StreamConfig(output="rgb", idle=True))
+        idle = [await stream.__anext__() for _ in range(6)]  # no speech at all: the face keeps moving
+        assert stream.stats()["silence_windows"] >= 3
+        assert all(not f.audio.any() for f in idle)
+        stream.push_audio(0.3 * torch.ones(16000 * 20), 16000)  # 20 s queued at once
+        await asyncio.sleep(0.3)
+        stream.clear()
+        assert stream.stats()["buffered_speech_s"] < 20
+        after = [await stream.__anext__() for _ in range(25)]
+        stream.close()
+        return idle, after, stream.stats()
+
+    idle, after, stats = asyncio.run(run())
+    runtime.shutdown()
+    indices = [f.index for f in idle + after]
+    assert indices == sorted(indices) and len(set(indices)) == len(indices)  # pts only move forward
+    # speech stops with the clear: the last frames shown are silent again
+    assert not any(f.audio.any() for f in after[-5:])
+    assert runtime.active_streams == 0
+
+
+def test_sampler_batches_are_padded_to_powers_of_two():
+    assert [lmdm_batch(n) for n in (1, 2, 3, 4, 5, 8, 9, 12, 17)] == [1, 2, 4, 4, 8, 8, 16, 16, 32]

@@ -1,0 +1,414 @@
+"""The live WebSocket server over a real socket on 127.0.0.1: protocol, bad input, load, cleanup.
+
+The LMDM is the deterministic projection stand-in and warp+decode a renderer of noise frames
+(tests/live_support.py); HuBERT is the stub ONNX model. One test renders real frames.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import aiohttp
+import cv2
+import numpy as np
+import pytest
+import torch
+from aiohttp import web
+
+from ditto_core.errors import InputError
+from ditto_core.live import AvatarStream, LiveRuntime, StreamConfig
+from ditto_core.live.server import CLOSE_CODES, Limits, LiveAvatars, _authorized, create_app, unpack_frame
+from tests.live_support import ProjectionSampler, RecordingRenderer, light_pipeline
+from tests.test_conditions import random_source
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class NoiseRenderer(RecordingRenderer):
+    """Random pictures of the output size: their JPEGs are large, so a client that stops reading fills
+    the socket quickly."""
+
+    def render(self, jobs):
+        super().render(jobs)
+        out = []
+        for job in jobs:
+            size = job.stream.config.frame_size(*job.stream.source.frames.shape[1:3])
+            out.append(torch.randint(0, 256, (job.motion.kp_driving.shape[0], *size, 3), dtype=torch.uint8))
+        return out
+
+
+def _portrait(frames: int, is_image: bool, seed: int, size=(160, 200)):
+    source = random_source(frames, is_image=is_image, seed=seed)
+    return replace(source, frames=torch.zeros(frames, *size, 3, dtype=torch.uint8))
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    return light_pipeline(tmp_path_factory.mktemp("live_server"))
+
+
+def _avatars(pipeline, max_streams=2, renderer=None) -> LiveAvatars:
+    sampler = ProjectionSampler()
+    avatars = LiveAvatars(max_streams=max_streams, renderer=renderer or NoiseRenderer(),
+                          sampler_factory=lambda options: sampler)
+    avatars.publish("anna", pipeline, _portrait(1, is_image=True, seed=2))
+    avatars.publish("video", pipeline, _portrait(3, is_image=False, seed=3))
+    avatars.publish("wide", pipeline, _portrait(1, is_image=True, seed=4, size=(900, 1200)))
+    return avatars
+
+
+@asynccontextmanager
+async def serving(avatars, token=None, limits=Limits()):
+    runner = web.AppRunner(create_app(avatars, token=token, limits=limits))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    async with aiohttp.ClientSession() as session:
+        try:
+            yield session, f"http://127.0.0.1:{port}/ditto/live"
+        finally:
+            await runner.cleanup()
+
+
+def _pcm(seconds: float, seed: int = 0) -> bytes:
+    rng = np.random.default_rng(seed)
+    return (3000 * rng.standard_normal(int(seconds * 16000))).astype("<i2").tobytes()
+
+
+async def _open(session, url, **fields):
+    ws = await session.ws_connect(url + "/ws")
+    await ws.send_str(json.dumps({"type": "open", "avatar": "anna", "idle": False, "options": {"steps": 2}, **fields}))
+    return ws
+
+
+async def _until_closed(ws, timeout=30.0):
+    """Every message up to the close: (texts as dicts, frames as tuples)."""
+    texts, frames = [], []
+    while True:
+        msg = await ws.receive(timeout=timeout)
+        if msg.type == aiohttp.WSMsgType.TEXT:
+            texts.append(json.loads(msg.data))
+        elif msg.type == aiohttp.WSMsgType.BINARY:
+            frames.append(unpack_frame(msg.data))
+        else:
+            return texts, frames
+
+
+def test_stream_round_trip(pipeline):
+    avatars = _avatars(pipeline)
+
+    async def run():
+        async with serving(avatars) as (session, url):
+            async with session.get(url + "/avatars") as response:
+                assert (await response.json()) == {"avatars": ["anna", "video", "wide"]}
+            async with session.get(url) as response:
+                assert response.status == 200 and "Ditto live avatar" in await response.text()
+            ws = await _open(session, url, sample_rate=48000, max_size=100)
+            ready = json.loads((await ws.receive(timeout=30)).data)
+            assert ready["type"] == "ready" and (ready["height"], ready["width"]) == (80, 100)
+            audio = _pcm(3.0)  # 1 s at 48 kHz
+            for i in range(0, len(audio), 1922):  # 961 samples at a time
+                await ws.send_bytes(audio[i : i + 1922])
+            await ws.send_str(json.dumps({"type": "stats"}))
+            await ws.send_str(json.dumps({"type": "end"}))
+            texts, frames = await _until_closed(ws)
+            return ready, texts, frames, ws.close_code
+
+    ready, texts, frames, code = asyncio.run(run())
+    avatars.shutdown()
+    assert code == 1000
+    assert texts[0]["type"] == "stats" and texts[0]["max_streams"] == 2
+    assert texts[-1] == {"type": "end", "frames": len(frames)}
+    # 1 s at 48 kHz -> 16000 samples: 5 frames per 3200 samples of (lead-in + speech), + the final window's 5
+    assert len(frames) == 5 * -(-(16000 + 1920) // 3200) + 5
+    assert [f[0] for f in frames] == list(range(len(frames)))
+    assert [f[1] for f in frames] == pytest.approx([i / 25 for i in range(len(frames))])
+    for index, pts, jpeg, pcm in frames[::7]:
+        image = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
+        assert image.shape == (80, 100, 3)
+        assert len(pcm) == 640 * 2
+    assert any(np.frombuffer(f[3], "<i2").any() for f in frames)  # the speech comes back with its frames
+
+
+def test_h264_output_is_one_access_unit_per_frame(pipeline):
+    import av
+
+    avatars = _avatars(pipeline)
+
+    async def run():
+        async with serving(avatars) as (session, url):
+            ws = await _open(session, url, output="h264", max_size=101)  # 101 x 81 -> even: 100 x 80
+            ready = json.loads((await ws.receive(timeout=30)).data)
+            await ws.send_bytes(_pcm(0.5))
+            await ws.send_str(json.dumps({"type": "end"}))
+            return ready, await _until_closed(ws)
+
+    ready, (texts, frames) = asyncio.run(run())
+    avatars.shutdown()
+    assert (ready["width"], ready["height"]) == (100, 80) and texts[-1]["type"] == "end"
+    decoder = av.CodecContext.create("h264", "r")
+    pictures = []
+    for _, _, unit, _ in frames:
+        assert unit.startswith((b"\x00\x00\x00\x01", b"\x00\x00\x01"))  # Annex-B start code
+        pictures += decoder.decode(av.Packet(unit))  # each message decodes on its own: one whole frame
+    pictures += decoder.decode(None)
+    assert len(pictures) == len(frames) and (pictures[0].width, pictures[0].height) == (100, 80)
+
+
+def _close(messages):
+    texts, _ = messages
+    return [t for t in texts if t["type"] == "error"]
+
+
+@pytest.mark.reliability(area="Live streams", case="malformed or invalid control messages",
+                         behaviour="error message naming the field, then close 4400/4404/4413")
+@pytest.mark.parametrize("first, then, code, words", [
+    (b"\x00\x01", None, "bad_request", "must be text"),
+    ("{not json", None, "bad_request", "JSON"),
+    (json.dumps([1, 2]), None, "bad_request", "JSON objects"),
+    (json.dumps({"type": "play"}), None, "bad_request", '"type": "open"'),
+    (json.dumps({"type": "open", "avatar": "bob"}), None, "unknown_avatar", "anna, video, wide"),
+    (json.dumps({"type": "open", "avatar": "anna", "colour": 1}), None, "bad_request", "colour"),
+    (json.dumps({"type": "open", "avatar": "anna", "options": {"fade_in": 3}}), None, "bad_request", "fade_in"),
+    (json.dumps({"type": "open", "avatar": "anna", "options": {"steps": 0}}), None, "bad_request", "steps"),
+    (json.dumps({"type": "open", "avatar": "anna", "sample_rate": 1000}), None, "bad_request", "1000 Hz"),
+    (json.dumps({"type": "open", "avatar": "anna", "quality": 0}), None, "bad_request", "quality"),
+    (json.dumps({"type": "open", "avatar": "anna"}), b"\x01\x02\x03", "bad_request", "odd number of bytes"),
+    (json.dumps({"type": "open", "avatar": "anna"}), b"\x00" * 5000, "too_large", "limit is 4096"),
+    (json.dumps({"type": "open", "avatar": "anna"}), json.dumps({"type": "rewind"}), "bad_request", "rewind"),
+    (json.dumps({"type": "open", "avatar": "anna"}), "x" * 3000, "too_large", "control message"),
+])
+def test_bad_messages_get_a_clear_error_and_close(pipeline, first, then, code, words):
+    avatars = _avatars(pipeline)
+
+    async def run():
+        async with serving(avatars, limits=Limits(max_message_bytes=4096, max_control_bytes=2048)) as (session, url):
+            ws = await session.ws_connect(url + "/ws")
+            await (ws.send_bytes(first) if isinstance(first, bytes) else ws.send_str(first))
+            if then is not None:
+                assert json.loads((await ws.receive(timeout=30)).data)["type"] == "ready"
+                await (ws.send_bytes(then) if isinstance(then, bytes) else ws.send_str(then))
+            messages = await _until_closed(ws)
+            return messages, ws.close_code
+
+    messages, close_code = asyncio.run(run())
+    runtimes = list(avatars._runtimes.values())
+    avatars.shutdown()
+    errors = _close(messages)
+    assert len(errors) == 1 and errors[0]["code"] == code and words in errors[0]["message"], errors
+    assert close_code == CLOSE_CODES[code]
+    assert all(r.active_streams == 0 for r in runtimes)
+
+
+@pytest.mark.reliability(area="Live streams", case="a client that never sends the open message",
+                         behaviour="closed with 4400 after the open timeout")
+def test_silent_client_is_closed_after_the_open_timeout(pipeline):
+    avatars = _avatars(pipeline)
+
+    async def run():
+        async with serving(avatars, limits=Limits(open_timeout_s=0.3)) as (session, url):
+            ws = await session.ws_connect(url + "/ws")
+            return await _until_closed(ws), ws.close_code
+
+    messages, code = asyncio.run(run())
+    avatars.shutdown()
+    assert code == 4400 and "no open message" in _close(messages)[0]["message"]
+
+
+@pytest.mark.reliability(area="Live streams", case="more streams than the device admits",
+                         behaviour="refused with 4429 and a message; the running stream is unaffected")
+def test_streams_beyond_capacity_are_refused_and_the_others_keep_going(pipeline):
+    avatars = _avatars(pipeline, max_streams=1)
+
+    async def run():
+        async with serving(avatars) as (session, url):
+            first = await _open(session, url)
+            assert json.loads((await first.receive(timeout=30)).data)["type"] == "ready"
+            second = await _open(session, url)
+            refused = await _until_closed(second), second.close_code
+            await first.send_bytes(_pcm(0.5))
+            await first.send_str(json.dumps({"type": "end"}))
+            return refused, await _until_closed(first)
+
+    (refused, code), (texts, frames) = asyncio.run(run())
+    avatars.shutdown()
+    assert code == 4429 and "at capacity: 1 of 1" in _close(refused)[0]["message"]
+    assert texts[-1]["type"] == "end" and len(frames) == texts[-1]["frames"] > 0
+
+
+@pytest.mark.reliability(area="Live streams", case="stream endpoint with a token",
+                         behaviour="wrong or missing token: 4401 / HTTP 401; the right token streams")
+def test_token_is_required_when_set(pipeline):
+    avatars = _avatars(pipeline)
+
+    async def run():
+        async with serving(avatars, token="s3cret") as (session, url):
+            async with session.get(url + "/avatars") as response:
+                assert response.status == 401
+            wrong = await session.ws_connect(url + "/ws?token=nope")
+            refused = await _until_closed(wrong), wrong.close_code
+            ws = await session.ws_connect(url + "/ws?token=s3cret")
+            await ws.send_str(json.dumps({"type": "open", "avatar": "anna"}))
+            ready = json.loads((await ws.receive(timeout=30)).data)
+            await ws.close()
+            headers = {"Authorization": "Bearer s3cret"}
+            async with session.get(url + "/avatars", headers=headers) as response:
+                listed = response.status
+            return refused, ready, listed
+
+    (messages, code), ready, listed = asyncio.run(run())
+    avatars.shutdown()
+    assert code == 4401 and "token" in _close(messages)[0]["message"]
+    assert ready["type"] == "ready" and listed == 200
+
+
+class _Request:
+    def __init__(self, remote, query=None, headers=None):
+        self.remote, self.query, self.headers = remote, query or {}, headers or {}
+
+
+def test_without_a_token_only_this_machine_is_served():
+    assert _authorized(_Request("127.0.0.1"), None) and _authorized(_Request("::1"), None)
+    assert not _authorized(_Request("192.168.1.20"), None) and not _authorized(_Request(None), None)
+    assert _authorized(_Request("192.168.1.20", {"token": "t"}), "t")
+    assert not _authorized(_Request("127.0.0.1", {"token": "u"}), "t")
+
+
+@pytest.mark.reliability(area="Live streams", case="a client that stops reading frames",
+                         behaviour="its stream pauses (bounded queues), then it is closed with 4408 and freed")
+def test_client_that_stops_reading_is_closed_and_freed(pipeline):
+    avatars = _avatars(pipeline)
+
+    async def run():
+        async with serving(avatars, limits=Limits(stall_timeout_s=0.5)) as (session, url):
+            ws = await _open(session, url, avatar="wide")  # large frames fill the socket's buffers quickly
+            assert json.loads((await ws.receive(timeout=30)).data)["type"] == "ready"
+            for _ in range(8):
+                await ws.send_bytes(_pcm(1.0))
+            runtime = next(iter(avatars._runtimes.values()))
+            deadline = time.monotonic() + 20
+            while runtime.active_streams and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)  # not reading: frames pile up in the socket, the stream pauses
+            freed = runtime.active_streams == 0
+            made = runtime.renderer.motions
+            texts, frames = await _until_closed(ws)
+            return freed, texts, frames, ws.close_code, sum(m.kp_driving.shape[0] for _, m in next(iter(made.values())))
+
+    freed, texts, frames, code, rendered = asyncio.run(run())
+    avatars.shutdown()
+    assert freed
+    assert rendered < 8 * 25  # paused: it did not render the 8 s of speech it was sent
+    assert code == 4408 and "took no frames" in _close((texts, frames))[0]["message"]
+
+
+@pytest.mark.reliability(area="Live streams", case="a client that disconnects mid-stream",
+                         behaviour="its stream and queued work are freed; the server keeps serving")
+def test_disconnect_mid_stream_frees_everything(pipeline):
+    avatars = _avatars(pipeline)
+
+    async def run():
+        async with serving(avatars) as (session, url):
+            ws = await _open(session, url)
+            assert json.loads((await ws.receive(timeout=30)).data)["type"] == "ready"
+            await ws.send_bytes(_pcm(3.0))
+            await ws.receive(timeout=30)  # a frame is out: the stream is busy
+            await ws.close()
+            runtime = next(iter(avatars._runtimes.values()))
+            deadline = time.monotonic() + 10
+            while runtime.active_streams and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            freed = runtime.active_streams == 0
+            again = await _open(session, url)
+            ready = json.loads((await again.receive(timeout=30)).data)["type"]
+            await again.close()
+            return freed, ready
+
+    freed, ready = asyncio.run(run())
+    avatars.shutdown()
+    assert freed and ready == "ready"
+
+
+@pytest.mark.reliability(area="Live streams", case="NaN or non-PCM audio pushed through the Python API",
+                         behaviour="InputError naming the problem; the stream stays usable")
+def test_python_api_refuses_bad_audio(pipeline):
+    runtime = LiveRuntime(pipeline, max_streams=1, renderer=RecordingRenderer(),
+                          sampler_factory=lambda options: ProjectionSampler())
+
+    async def run():
+        async with AvatarStream(runtime, random_source(1, is_image=True), config=StreamConfig(idle=False)) as stream:
+            bad = np.zeros(800, np.float32)
+            bad[100] = np.nan
+            with pytest.raises(InputError, match="NaN or infinite"):
+                stream.push_audio(bad, 16000)
+            with pytest.raises(InputError, match="dtype torch.int32"):
+                stream.push_audio(np.zeros(10, np.int32), 16000)
+            with pytest.raises(InputError, match="outside"):
+                stream.push_audio(np.zeros(10, np.float32), 100)
+            stream.push_audio(np.zeros(10, np.float32), 22050)
+            with pytest.raises(InputError, match="changed from 22050 Hz to 16000 Hz"):
+                stream.push_audio(np.zeros(10, np.float32), 16000)
+            stream.end()
+            return [f async for f in stream]
+
+    frames = asyncio.run(run())
+    runtime.shutdown()
+    assert len(frames) == 10  # the zero-padded first window and the final one: the stream worked
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow  # a fresh interpreter importing torch
+def test_standalone_server_refuses_a_public_bind_without_a_token():
+    result = subprocess.run([sys.executable, "-m", "ditto_core", "serve", "--random-weights", "--host", "0.0.0.0"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "--token" in result.stderr
+
+
+@pytest.mark.slow
+def test_standalone_server_starts_serves_and_stops(example_dir):
+    port = _free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ditto_core", "serve", "--random-weights", "--device", "cpu", "--no-compile",
+         "--precision", "fp32", "--port", str(port), "--avatar", f"demo={example_dir / 'portrait.jpg'}"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+    try:
+        line = ""
+        deadline = time.monotonic() + 240
+        while "serving" not in line and time.monotonic() < deadline and proc.poll() is None:
+            line = proc.stdout.readline()
+        assert "serving" in line, line
+
+        async def probe():
+            async with aiohttp.ClientSession() as session:
+                for _ in range(50):
+                    try:
+                        async with session.get(f"http://127.0.0.1:{port}/ditto/live/avatars") as response:
+                            return await response.json()
+                    except aiohttp.ClientConnectionError:
+                        await asyncio.sleep(0.1)
+
+        assert asyncio.run(probe()) == {"avatars": ["demo"]}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert code == 0
