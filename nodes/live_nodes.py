@@ -43,10 +43,9 @@ class PublishLiveAvatar(io.ComfyNode):
 
     @classmethod
     def define_schema(cls) -> io.Schema:
-        return io.Schema(
+        return T.schema(
             node_id="DittoPublishLiveAvatar",
             display_name="Publish Live Avatar",
-            category=T.CATEGORY,
             description=f"Live streaming: browsers open {PREFIX} on this server (microphone in, avatar out); "
                         f"programs use the WebSocket at {PREFIX}/ws with this id (docs/LIVE.md).",
             inputs=[

@@ -400,7 +400,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--random-weights", action="store_true",
                    help="random networks, no face detector, stand-in HuBERT (protocol tests; the video is noise)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
-    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--port", type=int, default=8765, help="port to listen on (default: 8765)")
     p.add_argument("--token", default=None, help="secret clients must send (?token=...); required off loopback")
     p.add_argument("--max-streams", type=int, default=4, help="live streams admitted at once (bench_live.py "
                                                               "measures what a device sustains)")
