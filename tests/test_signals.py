@@ -99,7 +99,7 @@ def test_cli_killed_by_sigterm_mid_render_leaves_nothing(tmp_path):
     child = subprocess.Popen(
         [sys.executable, "-m", "ditto_core", "render", "--image", str(image), "--audio", str(audio),
          "--out", str(out_dir / "clip.mp4"), "--random-weights", "--device", "cpu", "--steps", "2",
-         "--preset", "ultrafast", "--max-seconds", "0.4", "--batch-size", "2"],
+         "--preset", "ultrafast", "--max-seconds", "0.2", "--batch-size", "1"],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         shown = b""
