@@ -1,6 +1,6 @@
 """Benchmark speech -> HuBERT features on the stub model: CPU vs CUDA execution provider.
 
-    python bench/bench_audio.py [--audio speech.wav] [--repeats 5] [--out result.json]
+    python -m bench.bench_audio [--audio speech.wav] [--repeats 5] [--out result.json]
 
 Times decoding + 16 kHz conversion and feature extraction for the example clip (15.75 s; a
 synthetic clip of that length if the example is not there) with the stub HuBERT, whose cost
@@ -12,19 +12,18 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_common import emit, wall_times  # noqa: E402
-from ditto_core.audio import HubertFeatureExtractor, load_audio, to_mono_16k  # noqa: E402
-from ditto_core.audio.hubert_stub import write_stub_hubert  # noqa: E402
+from ditto_core.audio import HubertFeatureExtractor, load_audio, to_mono_16k
+from ditto_core.audio.hubert_stub import write_stub_hubert
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "ditto_example" / "speech_24k_mono.wav"
+from .bench_common import emit, wall_times
+from .scene import SPEECH_CANDIDATES
+
 
 
 def _timed(fn, repeats: int, device: str) -> dict:
@@ -34,7 +33,7 @@ def _timed(fn, repeats: int, device: str) -> dict:
 
 
 def _bench_extractor(model: Path, device: str, speech: torch.Tensor, repeats: int) -> dict:
-    extractor = HubertFeatureExtractor(model, device=device)
+    extractor = HubertFeatureExtractor(model, device=device, backend="onnxruntime")  # the stub is no HuBERT
     speech = speech.to(device)
     result = _timed(lambda: extractor(speech), repeats, device)
     frames = extractor(speech).num_frames
@@ -51,7 +50,7 @@ def _bench_extractor(model: Path, device: str, speech: torch.Tensor, repeats: in
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--audio", type=Path, default=EXAMPLE)
+    parser.add_argument("--audio", type=Path, default=next((p for p in SPEECH_CANDIDATES if p.is_file()), SPEECH_CANDIDATES[0]))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()

@@ -1,12 +1,11 @@
 """Avatar cache hit latency: entry load to the device, frame hashing, and a full cached
 ``register_avatar`` call. Prints one JSON object (and writes it with ``--out``).
 
-    python bench/bench_cache.py [--device cuda] [--frames 1] [--dtype float16] [--repeats 20]
+    python -m bench.bench_cache [--device cuda] [--frames 1] [--dtype float16] [--repeats 20]
 """
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -16,11 +15,11 @@ import numpy as np
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_common import emit, summary_ms, wall_times  # noqa: E402
-from ditto_core.registration import AvatarCache, RegistrationOptions, register_avatar  # noqa: E402
-from ditto_core.registration.cache import cache_key  # noqa: E402
+from ditto_core.registration import AvatarCache, RegistrationOptions, register_avatar
+from ditto_core.registration.cache import cache_key
+
+from .bench_common import emit, summary_ms, wall_times
 
 _MOTION_WIDTHS = (66, 66, 66, 3, 63, 1, 63)
 

@@ -1,4 +1,4 @@
-"""Timing and reporting helpers shared by the benchmark scripts (run as ``python bench/<script>.py``)."""
+"""Timing and reporting helpers shared by the benchmark scripts (run as ``python -m bench.<script>``)."""
 from __future__ import annotations
 
 import json
@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import av
 import torch
 
 
@@ -70,3 +71,23 @@ def emit(result: dict[str, Any], out: Optional[Path], quiet: bool = False) -> No
         Path(out).write_text(text + "\n")
         if quiet:
             print(f"wrote {out}")
+
+
+def compile_breakdown() -> dict:
+    """Where this process's compile time went (Dynamo's own timers) and which caches hit."""
+    from torch._dynamo.utils import compile_times, counters
+
+    names, seconds = compile_times(repr="csv", aggregate=True)
+    timers = dict(zip(names, (float(s) for s in seconds)))
+    phases = ("_compile.compile_inner", "bytecode_tracing", "OutputGraph.call_user_compiler",
+              "create_aot_dispatcher_function", "compile_fx_inner", "fx_codegen_and_compile",
+              "PyCodeCache.load_by_key_path", "async_compile.wait", "build_guards")
+    caches = {f"{group}.{key}": value for group in ("aot_autograd", "inductor")
+              for key, value in counters[group].items() if "cache" in key}
+    return {**{phase: round(timers[phase], 3) for phase in phases if phase in timers}, **caches}
+
+
+def count_frames(path: Path) -> int:
+    """Frames in the MP4 as its container records them (a check that nothing was dropped)."""
+    with av.open(str(path)) as container:
+        return container.streams.video[0].frames

@@ -13,7 +13,7 @@ each fast mode costs. Weights are random unless ``--model-dir`` points at the of
 (speed does not depend on the values; the error does, a little). Prints JSON; ``--out`` also
 writes it to a file.
 
-    python bench/bench_lmdm.py --steps 25 50 --batch 1 --out bench_lmdm.json
+    python -m bench.bench_lmdm --steps 25 50 --batch 1 --out bench_lmdm.json
 """
 from __future__ import annotations
 
@@ -24,13 +24,14 @@ from typing import Callable
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_common import cuda_event_times, emit, rel_l2, summary_ms  # noqa: E402
-from ditto_core.models.checkpoints import load_network  # noqa: E402
-from ditto_core.models.keypoints import MOTION_DIM  # noqa: E402
-from ditto_core.models.lmdm import GUIDANCE_WEIGHT, LMDM, WINDOW  # noqa: E402
-from ditto_core.motion.lmdm_sampler import PRECISIONS, DDIMSampler, generate_motion  # noqa: E402
+from ditto_core.models.checkpoints import load_network
+from ditto_core.models.keypoints import MOTION_DIM
+from ditto_core.models.lmdm import GUIDANCE_WEIGHT, LMDM, WINDOW
+from ditto_core.motion.lmdm_sampler import DDIMSampler, generate_motion
+from ditto_core.precision import LMDM_PRECISIONS
+
+from .bench_common import cuda_event_times, emit, rel_l2, summary_ms
 
 
 def naive_window(sampler: DDIMSampler, kp: torch.Tensor, aud: torch.Tensor, x: torch.Tensor, noise: torch.Tensor):
@@ -58,7 +59,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--naive-reps", type=int, default=5)
     parser.add_argument("--frames", type=int, default=394, help="sequence length for the end-to-end timing")
-    parser.add_argument("--compile", nargs="*", default=list(PRECISIONS), choices=PRECISIONS,
+    parser.add_argument("--compile", nargs="*", default=list(LMDM_PRECISIONS), choices=LMDM_PRECISIONS,
                         help="precisions to also time with torch.compile'd steps (default: all)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -96,7 +97,7 @@ def main() -> None:
                 "eager": time_ms(lambda: eager.sample(*inputs), 2, args.reps),
                 "naive_vs_eager_max_abs": (naive_window(eager, *inputs) - ref).abs().max().item(),
             }
-            variants = {f"graph_{p}": DDIMSampler(lmdm, steps, precision=p) for p in PRECISIONS}
+            variants = {f"graph_{p}": DDIMSampler(lmdm, steps, precision=p) for p in LMDM_PRECISIONS}
             variants.update(
                 {f"compiled_{p}": DDIMSampler(lmdm, steps, precision=p, compile=True) for p in args.compile}
             )

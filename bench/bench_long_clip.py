@@ -17,8 +17,8 @@ long render (flat = independent of length), stage times, render frames/s, and th
 header describes it (frames, video and audio duration, size). Prints a table next to the
 goals and, with ``--out``, writes everything as JSON. Linux only (reads ``/proc/self``).
 
-    python3 bench/bench_long_clip.py --out $OUT/bench_long_clip.json   # H200: about 4 minutes
-    python bench/bench_long_clip.py --device cpu --minutes 0.02 --compare-minutes 0.01 \\
+    python -m bench.bench_long_clip --out $OUT/bench_long_clip.json   # H200: about 4 minutes
+    python -m bench.bench_long_clip --device cpu --minutes 0.02 --compare-minutes 0.01 \\
         --precision fp32 --no-compile                      # CPU smoke run: about a minute on 2 cores
 
 On the CPU, warp+decode costs seconds per frame, so only the first ``--render-frames``
@@ -31,7 +31,6 @@ import contextlib
 import logging
 import math
 import platform
-import sys
 import tempfile
 import threading
 import time
@@ -43,25 +42,24 @@ import av
 import torch
 from torch import Tensor
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
-from bench_common import emit  # noqa: E402
-from bench_render import PORTRAIT_CANDIDATES, load_frame  # noqa: E402
-from ditto_core.audio.audio_features import FPS, SAMPLES_PER_FRAME  # noqa: E402
-from ditto_core.audio.chunking import num_video_frames  # noqa: E402
-from ditto_core.audio.loading import load_audio  # noqa: E402
-from ditto_core.errors import InputError  # noqa: E402
-from ditto_core.motion.motion_options import MotionOptions  # noqa: E402
-from ditto_core.motion.motion_sequence import MotionSequence  # noqa: E402
-from ditto_core.pipeline import DTYPES, DittoPipeline  # noqa: E402
-from ditto_core.registration.options import RegistrationOptions  # noqa: E402
-from ditto_core.registration.source_info import SourceInfo  # noqa: E402
-from ditto_core.compilation import compile_available  # noqa: E402
-from ditto_core.render.warp_decode import MAX_BATCH  # noqa: E402
+from ditto_core.audio.audio_features import FPS, SAMPLES_PER_FRAME
+from ditto_core.audio.chunking import num_video_frames
+from ditto_core.audio.loading import load_audio
+from ditto_core.compilation import compile_available
+from ditto_core.errors import InputError
+from ditto_core.motion.motion_options import MotionOptions
+from ditto_core.motion.motion_sequence import MotionSequence
+from ditto_core.pipeline import DittoPipeline
+from ditto_core.precision import NETWORK_PRECISIONS, network_dtype
+from ditto_core.registration.options import RegistrationOptions
+from ditto_core.registration.source_info import SourceInfo
+from ditto_core.render.warp_decode import MAX_BATCH
+
+from .bench_common import emit
+from .scene import SPEECH_CANDIDATES, load_frame
 
 MIB = 1 << 20
-SPEECH_CANDIDATES = tuple(path.with_name("speech_24k_mono.wav") for path in PORTRAIT_CANDIDATES)
 # Synthetic speech when the example is missing: noise under a 4 Hz syllable envelope.
 SYNTHETIC_RATE = 16000
 SYLLABLE_HZ = 4.0
@@ -383,7 +381,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--minutes", type=float, default=10.0, help="length of the long clip")
     parser.add_argument("--compare-minutes", type=float, default=0.5, help="length of the short clip")
-    parser.add_argument("--precision", choices=sorted(DTYPES), default="fp16")
+    parser.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp16")
     parser.add_argument("--no-compile", dest="compile", action="store_false", help="eager warp+decode")
     parser.add_argument("--batch-size", type=int, default=0, help="warp+decode batch (0: automatic)")
     parser.add_argument("--width", type=int, default=1080)
@@ -409,7 +407,7 @@ def main() -> None:
     monitor = MemoryMonitor(device)
     with tempfile.TemporaryDirectory(prefix="bench_long_clip_") as tmp:
         workdir = Path(tmp)
-        pipeline = DittoPipeline.random(workdir, device=device, dtype=DTYPES[args.precision], compile=args.compile,
+        pipeline = DittoPipeline.random(workdir, device=device, dtype=network_dtype(args.precision), compile=args.compile,
                                         batch_size=args.batch_size)
         frame, frame_origin = load_frame(args.height, args.width)
         with monitor.stage("source", "register") as register_stage:

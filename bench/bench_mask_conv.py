@@ -25,12 +25,11 @@ volume, 140 GFLOP a frame) in several exact formulations, side by side.
 Each formulation's error is against the fp32 ``conv3d`` on the same inputs. Half precision,
 batch 32 (the engine's batch on a large GPU), milliseconds per frame by CUDA events.
 
-    python3 bench/bench_mask_conv.py --out $OUT/mask_conv.json
+    python -m bench.bench_mask_conv --out $OUT/mask_conv.json
 """
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -39,11 +38,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_common import cuda_event_times, emit, rel_l2, summary_ms  # noqa: E402
-from ditto_core.models.depth_tap_conv import DepthTapConv3d  # noqa: E402
+from ditto_core.models.depth_tap_conv import DepthTapConv3d
+
+from .bench_common import cuda_event_times, emit, rel_l2, summary_ms
 
 IN_CHANNELS, OUT_CHANNELS, TAPS, DEPTH, SIDE = 142, 22, 7, 16, 64
 

@@ -3,24 +3,23 @@
 The GPU paths run batched, as in the pipeline: one shared source frame, N renders selected
 through ``source_index``. Prints one JSON object (and writes it with ``--out``).
 
-    python bench/bench_putback.py [--batch 32] [--iters 20] [--out results/putback.json]
+    python -m bench.bench_putback [--batch 32] [--iters 20] [--out results/putback.json]
 """
 from __future__ import annotations
 
 import argparse
 import platform
 import statistics
-import sys
 from pathlib import Path
 
 import cv2
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_common import cuda_event_times, emit, wall_times  # noqa: E402
-from ditto_core.render.putback import _triton_impl, paste_back, paste_back_cv2  # noqa: E402
+from ditto_core.render.putback import _triton_impl, paste_back, paste_back_cv2
+
+from .bench_common import cuda_event_times, emit, wall_times
 
 HEIGHT, WIDTH, RENDER = 1080, 1920, 512
 

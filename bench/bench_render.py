@@ -15,8 +15,8 @@ precision (with its error against strict fp32); put-back ms/frame for OpenCV, Py
 Triton; compile time cold and from the on-disk cache (a second process). Prints a table next
 to the goals and writes everything as JSON with ``--out``.
 
-    python3 bench/bench_render.py --out $OUT/bench_render.json   # GPU, about 5-7 min on an H200
-    python bench/bench_render.py --quick                          # CPU smoke run: tiny, eager
+    python -m bench.bench_render --out $OUT/bench_render.json   # GPU, about 5-7 min on an H200
+    python -m bench.bench_render --quick                          # CPU smoke run: tiny, eager
 
 A time budget (``--budget``) skips the optional measurements (later precisions, batch-1
 compile) that would not fit; skipped items are listed in the JSON.
@@ -24,47 +24,37 @@ compile) that would not fit; skipped items are listed in the JSON.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import copy
 import gc
 import json
-import math
 import os
 import platform
-import queue
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Callable, Optional
 
-import av
-import cv2
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from ditto_core.compilation import compile_available
+from ditto_core.errors import InputError
+from ditto_core.precision import NETWORK_PRECISIONS, network_dtype
+from ditto_core.render.putback import paste_back, paste_back_cv2
+from ditto_core.render.warp_decode import WarpDecodeEngine, auto_batch_size
+from ditto_core.video.writer import VideoWriter
 
-from bench_common import emit, rel_l2, sync, wall_times  # noqa: E402
-from ditto_core.errors import InputError  # noqa: E402
-from ditto_core.models.ditto_models import random_ditto_models  # noqa: E402
-from ditto_core.models.keypoints import MotionInfo  # noqa: E402
-from ditto_core.motion.motion_sequence import MotionSequence  # noqa: E402
-from ditto_core.registration.source_info import SourceInfo  # noqa: E402
-from ditto_core.render.putback import default_mask, paste_back, paste_back_cv2  # noqa: E402
-from ditto_core.compilation import compile_available  # noqa: E402
-from ditto_core.render.warp_decode import WarpDecodeEngine, auto_batch_size  # noqa: E402
-from ditto_core.video.writer import VideoWriter  # noqa: E402
+from .bench_common import compile_breakdown, count_frames, emit, rel_l2, sync, wall_times
+from .scene import (
+    FPS, REPO, Scene, Settings, channels_last_copies, make_scene, reference_renders, render_networks, speech_like_motion,
+)
+from .stock import StockPath, run_stock
 
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-FPS = 25
-NUM_KP = 21
+DEFAULT_PRECISIONS = ("fp16", "bf16", "fp32")
 # Frames the half-precision error is measured on (against strict fp32, eager).
 ERROR_FRAMES = 4
 # End-to-end runs per variant (with and without the eager first batch), alternating.
@@ -73,11 +63,6 @@ DELIVERED_REPEATS = 3
 COMPILE_GUESS_S = 90.0
 # A second process that needs longer than this is not using the cache at all.
 CHILD_TIMEOUT_S = 300
-PORTRAIT_CANDIDATES = tuple(
-    Path(root) / "data" / "ditto_example" / "portrait.jpg"
-    for root in (*filter(None, [os.environ.get("DITTO_SHARED")]), REPO.parent / "shared", REPO / "shared")
-)
-
 # Issue 5's goals on one H200: (comparison, threshold).
 GOALS = {
     "warp_decode_batched_ms": ("<=", 2.5),
@@ -89,35 +74,6 @@ GOALS = {
     "compile_first_s": ("<=", 60.0),
     "compile_cached_s": ("<=", 10.0),
 }
-
-
-@dataclass
-class Settings:
-    device: torch.device
-    frames: int
-    height: int
-    width: int
-    side: int  # feature volume side; renders are 8 * side
-    batch: int  # 0: the engine's automatic choice
-    precisions: tuple[str, ...]
-    compile: bool
-    reps: int
-    preset: str
-    crf: int
-
-    @property
-    def render_size(self) -> int:
-        return 8 * self.side
-
-
-@dataclass
-class Scene:
-    """A cached avatar (one still frame) and 10 s of motion, on the device."""
-
-    frame: Tensor  # (1, H, W, 3) uint8
-    M_c2o: Tensor  # (1, 3, 3) float32: render pixels -> frame pixels
-    source: SourceInfo
-    motion: MotionSequence
 
 
 class Budget:
@@ -149,80 +105,7 @@ def median_seconds(fn: Callable[[], object], device: torch.device, reps: int, wa
     return statistics.median(wall_times(fn, reps, device, warmup))
 
 
-@contextlib.contextmanager
-def strict_fp32() -> Iterator[None]:
-    """TF32 off for the fp32 reference renders, restored afterwards (speed runs use defaults)."""
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-
-
 # ----------------------------------------------------------------------------------- inputs
-
-
-def load_frame(height: int, width: int) -> tuple[np.ndarray, str]:
-    """The example portrait letterboxed into (height, width) RGB, or a synthetic frame."""
-    for path in PORTRAIT_CANDIDATES:
-        image = cv2.imread(str(path), cv2.IMREAD_COLOR)
-        if image is not None:
-            side = min(height, width)
-            image = cv2.resize(cv2.cvtColor(image, cv2.COLOR_BGR2RGB), (side, side), interpolation=cv2.INTER_AREA)
-            frame = np.zeros((height, width, 3), np.uint8)
-            top, left = (height - side) // 2, (width - side) // 2
-            frame[top : top + side, left : left + side] = image
-            return frame, str(path)
-    ys, xs = np.mgrid[0:height, 0:width]
-    noise = np.random.default_rng(0).integers(0, 32, (height, width, 3))
-    frame = np.stack([xs * 255 // width, ys * 255 // height, (xs + ys) % 256], -1) + noise
-    return np.clip(frame, 0, 255).astype(np.uint8), "synthetic"
-
-
-def crop_to_frame(render_size: int, height: int, width: int) -> np.ndarray:
-    """(3, 3) affine placing the render as a face crop: 55 % of the frame height, tilted 4 degrees."""
-    centre = (render_size - 1) / 2
-    affine = cv2.getRotationMatrix2D((centre, centre), 4.0, 0.55 * height / render_size)
-    affine[:, 2] += np.array([(width - 1) / 2, (height - 1) / 2]) - centre
-    return np.vstack([affine, [0.0, 0.0, 1.0]]).astype(np.float32)
-
-
-def speech_like_motion(frames: int, device: torch.device, seed: int = 0) -> MotionSequence:
-    """Keypoints near a fixed source pose, each oscillating at 1-4 Hz by a few percent."""
-    g = torch.Generator().manual_seed(seed)
-    base = torch.rand(NUM_KP, 3, generator=g) - 0.5
-    freq = 1 + 3 * torch.rand(NUM_KP, 3, generator=g)
-    phase = 2 * math.pi * torch.rand(NUM_KP, 3, generator=g)
-    t = torch.arange(frames, dtype=torch.float32)[:, None, None] / FPS
-    driving = base + 0.03 * torch.sin(2 * math.pi * freq * t + phase)
-    return MotionSequence(
-        kp_source=base.expand(frames, NUM_KP, 3).contiguous().to(device),
-        kp_driving=driving.to(device),
-        source_index=torch.zeros(frames, dtype=torch.int64, device=device),
-        fps=FPS,
-    )
-
-
-def make_scene(settings: Settings) -> tuple[Scene, str]:
-    frame, origin = load_frame(settings.height, settings.width)
-    device = settings.device
-    f_s = torch.randn(1, 32, 16, settings.side, settings.side, generator=torch.Generator().manual_seed(1))
-    zeros = lambda *shape: torch.zeros(1, *shape, device=device)  # noqa: E731
-    M_c2o = torch.from_numpy(crop_to_frame(settings.render_size, settings.height, settings.width))[None]
-    source = SourceInfo(
-        frames=torch.from_numpy(frame)[None].to(device), M_c2o=M_c2o.to(device), f_s=f_s.to(device),
-        motion=MotionInfo(zeros(1), zeros(66), zeros(66), zeros(66), zeros(3), zeros(63), zeros(63)),
-        eye_open=zeros(2), eye_ball=zeros(6), is_image=True,
-    )
-    scene = Scene(source.frames, source.M_c2o, source, speech_like_motion(settings.frames, device))
-    return scene, origin
-
-
-def render_networks(device: torch.device, dtype: torch.dtype) -> tuple[nn.Module, nn.Module]:
-    """Warp network and decoder with seed-0 random weights (inference rewrites applied)."""
-    models = random_ditto_models("cpu", torch.float32, seed=0)
-    return models.warp_network.to(device, dtype), models.decoder.to(device, dtype)
 
 
 # ----------------------------------------------------------------------------------- stages
@@ -295,20 +178,6 @@ def bench_warp_decode(
     return r, engine
 
 
-def channels_last_copies(nets: tuple[nn.Module, nn.Module]) -> tuple[nn.Module, ...]:
-    """Copies whose conv weights are NHWC / NDHWC: does cuDNN's preferred layout pay in eager mode?
-
-    (The compiled path needs no such copy: Inductor picks conv layouts itself.)
-    """
-    copies = tuple(copy.deepcopy(net) for net in nets)
-    for net in copies:
-        for param in net.parameters():
-            layout = {4: torch.channels_last, 5: torch.channels_last_3d}.get(param.dim())
-            if layout is not None:
-                param.data = param.data.contiguous(memory_format=layout)
-    return copies
-
-
 def bench_compiled_b1(nets: tuple[nn.Module, nn.Module], dtype: torch.dtype, scene: Scene, settings: Settings,
                       cache_dir: Path) -> dict:
     """Warp+decode of a single frame per call through its own CUDA graph (latency, not throughput)."""
@@ -338,14 +207,6 @@ def compiled_engine(
     return engine, time.perf_counter() - start
 
 
-def reference_renders(nets: tuple[nn.Module, nn.Module], scene: Scene, frames: int) -> Tensor:
-    """Strict-fp32 eager renders of the first frames: the yardstick for every fast path."""
-    motion = scene.motion
-    with strict_fp32():
-        engine = WarpDecodeEngine(*nets, batch_size=frames, compile=False)
-        return engine.render_batch(scene.source.f_s, motion.kp_source[:frames], motion.kp_driving[:frames])
-
-
 def compile_from_cache(precision: str, batch: int, settings: Settings, cache_dir: Path) -> dict:
     """What a relaunch pays: two fresh processes share a new compile cache; the first compiles
     cold, the second is timed.
@@ -363,11 +224,11 @@ def compile_from_cache(precision: str, batch: int, settings: Settings, cache_dir
 
 def _child_process_compile(precision: str, batch: int, settings: Settings, cache_dir: Path) -> dict:
     """Bring a compiled engine to steady state in a fresh process using ``cache_dir``."""
-    command = [sys.executable, str(Path(__file__).resolve()), "--child-compile", precision, "--batch", str(batch),
+    command = [sys.executable, "-m", __spec__.name, "--child-compile", precision, "--batch", str(batch),
                "--side", str(settings.side), "--device", str(settings.device), "--cache-dir", str(cache_dir)]
     start = time.perf_counter()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
+        done = subprocess.run(command, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, cwd=REPO,
                               env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir)})
     except subprocess.TimeoutExpired:
         return {"error": f"a compile process took more than {CHILD_TIMEOUT_S} s"}
@@ -379,7 +240,7 @@ def _child_process_compile(precision: str, batch: int, settings: Settings, cache
 
 def child_compile(args: argparse.Namespace) -> None:
     """``--child-compile``: the second process of :func:`compile_from_cache`; prints one JSON line."""
-    device, dtype = torch.device(args.device), DTYPES[args.child_compile]
+    device, dtype = torch.device(args.device), network_dtype(args.child_compile)
     nets = render_networks(device, dtype)
     motion = speech_like_motion(args.batch, device)
     f_s = torch.randn(1, 32, 16, args.side, args.side, device=device, dtype=dtype)
@@ -387,20 +248,6 @@ def child_compile(args: argparse.Namespace) -> None:
                                       device)
     print(json.dumps({"compile_first_s": engine.stats.compile_seconds, "compile_ready_s": ready_s,
                       "compiled": engine.stats.compiled, "breakdown_s": compile_breakdown()}))
-
-
-def compile_breakdown() -> dict:
-    """Where this process's compile time went (Dynamo's own timers) and which caches hit."""
-    from torch._dynamo.utils import compile_times, counters
-
-    names, seconds = compile_times(repr="csv", aggregate=True)
-    timers = dict(zip(names, (float(s) for s in seconds)))
-    phases = ("_compile.compile_inner", "bytecode_tracing", "OutputGraph.call_user_compiler",
-              "create_aot_dispatcher_function", "compile_fx_inner", "fx_codegen_and_compile",
-              "PyCodeCache.load_by_key_path", "async_compile.wait", "build_guards")
-    caches = {f"{group}.{key}": value for group in ("aot_autograd", "inductor")
-              for key, value in counters[group].items() if "cache" in key}
-    return {**{phase: round(timers[phase], 3) for phase in phases if phase in timers}, **caches}
 
 
 # ----------------------------------------------------------------------------------- end to end
@@ -415,8 +262,8 @@ def first_encode_clock(writer: VideoWriter) -> list[float]:
     stamps: list[float] = []
     encode = getattr(writer, "_encode_chunk", None)
     if encode is not None:
-        def timed(frames: np.ndarray) -> None:
-            encode(frames)
+        def timed(encoder: object, chunk: object) -> None:
+            encode(encoder, chunk)
             if not stamps:
                 stamps.append(time.perf_counter())
 
@@ -459,7 +306,7 @@ def run_ours(engine: WarpDecodeEngine, scene: Scene, settings: Settings, path: P
             start = time.perf_counter()
             handed = []  # when each batch had been handed to the writer: where a stall sits
             with VideoWriter(path, width=settings.width, height=settings.height, fps=FPS, crf=settings.crf,
-                             preset=settings.preset) as writer:
+                             preset=settings.preset, expected_frames=frames) as writer:
                 stamps = first_encode_clock(writer)
                 for first, renders in engine.iter_render(scene.source, motion):
                     writer.write(paste(first, renders))
@@ -474,117 +321,6 @@ def run_ours(engine: WarpDecodeEngine, scene: Scene, settings: Settings, path: P
         result[f"delivered{suffix}_runs"] = measured
         result[f"first_frame_ms{suffix}"] = statistics.median(first_ms) if first_ms else None
     return {**result, "first_batch": ramp, "mp4_frames": count_frames(path)}
-
-
-class FrameByFrameWriter:
-    """What imageio's writer amounts to for the stock path: one frame per call, encoded inline."""
-
-    def __init__(self, path: Path, width: int, height: int, crf: int, preset: str) -> None:
-        self.container = av.open(str(path), mode="w")
-        self.stream = self.container.add_stream("libx264", rate=FPS)
-        self.stream.width, self.stream.height, self.stream.pix_fmt = width, height, "yuv420p"
-        self.stream.options = {"crf": str(crf), "preset": preset}
-
-    def write(self, frame_rgb: np.ndarray) -> None:
-        for packet in self.stream.encode(av.VideoFrame.from_ndarray(frame_rgb, format="rgb24")):
-            self.container.mux(packet)
-
-    def close(self) -> None:
-        for packet in self.stream.encode(None):
-            self.container.mux(packet)
-        self.container.close()
-
-
-class StockPath:
-    """The reference's per-frame render, built from our modules (fp32 weights, fp16 autocast)."""
-
-    def __init__(self, nets: tuple[nn.Module, nn.Module], scene: Scene, device: torch.device) -> None:
-        self.warp_network, self.decoder = nets
-        self.device = device
-        self.f_s = scene.source.f_s.float().cpu().numpy()
-        self.kp_source = scene.motion.kp_source.cpu().numpy()
-        self.kp_driving = scene.motion.kp_driving.cpu().numpy()
-        self.frame = scene.frame[0].cpu().numpy()
-        self.M_c2o = scene.M_c2o[0].cpu().numpy()
-        self.mask = default_mask(scene.source.f_s.shape[-1] * 8, torch.device("cpu")).numpy()
-
-    def _autocast(self) -> contextlib.AbstractContextManager:
-        # The reference autocasts on CUDA only; CPU runs (--quick) stay fp32.
-        return torch.autocast(self.device.type, dtype=torch.float16, enabled=self.device.type == "cuda")
-
-    @torch.no_grad()
-    def warp(self, i: int) -> np.ndarray:
-        with self._autocast():
-            args = (self.f_s, self.kp_source[i : i + 1], self.kp_driving[i : i + 1])
-            feature = self.warp_network(*(torch.from_numpy(a).to(self.device) for a in args))
-        return feature.float().cpu().numpy()
-
-    @torch.no_grad()
-    def decode(self, feature: np.ndarray) -> np.ndarray:
-        with self._autocast():
-            image = self.decoder(torch.from_numpy(feature).to(self.device))
-        return np.transpose(image.float().cpu().numpy()[0], (1, 2, 0)).clip(0, 1) * 255
-
-    def put_back(self, render: np.ndarray) -> np.ndarray:
-        return paste_back_cv2(self.frame, render, self.M_c2o, self.mask)
-
-
-def run_threaded(items: Iterable[object], stages: list[Callable[[object], object]]) -> None:
-    """Each stage in its own thread, linked by bounded queues, as the reference's offline pipeline."""
-    links: list[queue.Queue] = [queue.Queue(maxsize=100) for _ in stages]
-    errors: list[BaseException] = []
-
-    def work(stage: Callable[[object], object], inbox: queue.Queue, outbox: Optional[queue.Queue]) -> None:
-        while (item := inbox.get()) is not None:
-            if errors:
-                continue  # drain so upstream threads never block on a full queue
-            try:
-                result = stage(item)
-            except BaseException as error:  # handed to the caller after the join
-                errors.append(error)
-                continue
-            if outbox is not None:
-                outbox.put(result)
-        if outbox is not None:
-            outbox.put(None)
-
-    threads = [
-        threading.Thread(target=work, args=(stage, links[i], links[i + 1] if i + 1 < len(stages) else None))
-        for i, stage in enumerate(stages)
-    ]
-    for thread in threads:
-        thread.start()
-    for item in items:
-        links[0].put(item)
-    links[0].put(None)
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
-
-
-def run_stock(stock: StockPath, settings: Settings, path: Path) -> dict:
-    frames = len(stock.kp_driving)
-    stamps: list[float] = []
-    start = time.perf_counter()
-    writer = FrameByFrameWriter(path, settings.width, settings.height, settings.crf, settings.preset)
-
-    def write(frame: np.ndarray) -> None:
-        writer.write(frame)
-        if not stamps:
-            stamps.append(time.perf_counter())
-
-    run_threaded(range(frames), [stock.warp, stock.decode, stock.put_back, write])
-    writer.close()
-    elapsed = time.perf_counter() - start
-    return {"frames": frames, "delivered_fps": frames / elapsed, "first_frame_ms": 1000 * (stamps[0] - start),
-            "mp4_frames": count_frames(path)}
-
-
-def count_frames(path: Path) -> int:
-    """Frames in the MP4 as its container records them (a check that nothing was dropped)."""
-    with av.open(str(path)) as container:
-        return container.streams.video[0].frames
 
 
 # ----------------------------------------------------------------------------------- report
@@ -663,12 +399,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--frames", type=int, help="motion frames (default 250 = 10 s at 25 fps)")
     parser.add_argument("--batch", type=int, default=0, help="engine batch size (0: automatic)")
-    parser.add_argument("--precisions", nargs="+", choices=sorted(DTYPES), help="default fp16 bf16 fp32")
+    parser.add_argument("--precisions", nargs="+", choices=NETWORK_PRECISIONS, help="default fp16 bf16 fp32")
     parser.add_argument("--preset", default="ultrafast", help="x264 preset of both paths")
     parser.add_argument("--crf", type=int, default=18)
     parser.add_argument("--budget", type=float, default=420.0, help="seconds before optional parts are skipped")
     parser.add_argument("--cache-dir", type=Path, help="Inductor cache (default: a fresh one, so compiles are cold)")
-    parser.add_argument("--child-compile", choices=sorted(DTYPES), help=argparse.SUPPRESS)
+    parser.add_argument("--child-compile", choices=NETWORK_PRECISIONS, help=argparse.SUPPRESS)
     parser.add_argument("--side", type=int, default=64, help=argparse.SUPPRESS)
     return parser.parse_args()
 
@@ -679,7 +415,7 @@ def make_settings(args: argparse.Namespace) -> Settings:
     if args.quick:
         return Settings(device, args.frames or 4, 180, 320, 32, args.batch or 2, tuple(args.precisions or ["fp32"]),
                         compile=False, reps=1, preset=args.preset, crf=args.crf)
-    return Settings(device, args.frames or 250, 1080, 1920, 64, args.batch, tuple(args.precisions or DTYPES),
+    return Settings(device, args.frames or 250, 1080, 1920, 64, args.batch, tuple(args.precisions or DEFAULT_PRECISIONS),
                     compile=can_compile, reps=10, preset=args.preset, crf=args.crf)
 
 
@@ -719,7 +455,7 @@ def main() -> None:
             **run_stock(stock, settings, workdir / "stock.mp4"),
         }
         for i, precision in enumerate(settings.precisions):
-            dtype = DTYPES[precision]
+            dtype = network_dtype(precision)
             if i and settings.compile and not budget.allows(f"{precision} compiled path", budget.compile_estimate + 15):
                 continue
             nets = fp32_nets if dtype == torch.float32 else render_networks(device, dtype)
@@ -736,7 +472,7 @@ def main() -> None:
         first = settings.precisions[0]
         first_ok = "error" not in results["warp_decode"][first]
         if settings.compile and first_ok and budget.allows(f"compiled batch-1 {first}", budget.compile_estimate):
-            dtype = DTYPES[first]
+            dtype = network_dtype(first)
             nets = fp32_nets if dtype == torch.float32 else render_networks(device, dtype)
             results["warp_decode"][first].update(bench_compiled_b1(nets, dtype, scene, settings, cache_dir))
         results["skipped"] = budget.skipped

@@ -42,8 +42,8 @@ The breakdown part times each network stage eagerly with CUDA events (forward ho
 the GPU kernels of one compiled replay by total time, grouped by kind (convolution, Triton
 fusions, grid sampling, other) for each variant.
 
-    python3 bench/bench_warp_decode_variants.py --out $OUT/variants.json            # GPU
-    python3 bench/bench_warp_decode_variants.py --variants baseline mask_conv3d --no-breakdown
+    python -m bench.bench_warp_decode_variants --out $OUT/variants.json            # GPU
+    python -m bench.bench_warp_decode_variants --variants baseline mask_conv3d --no-breakdown
 """
 from __future__ import annotations
 
@@ -51,7 +51,6 @@ import argparse
 import contextlib
 import copy
 import re
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -62,14 +61,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_common import cuda_event_times, emit, rel_l2, summary_ms  # noqa: E402
-from bench_render import (  # noqa: E402
-    DTYPES, Settings, channels_last_copies, make_scene, reference_renders, render_networks,
+from ditto_core.models.depth_tap_conv import DepthTapConv3d
+from ditto_core.precision import NETWORK_PRECISIONS, network_dtype
+from ditto_core.render.warp_decode import WarpDecodeEngine
+
+from .bench_common import cuda_event_times, emit, rel_l2, summary_ms
+from .scene import (
+    Settings, channels_last_copies, make_scene, reference_renders, render_networks,
 )
-from ditto_core.models.depth_tap_conv import DepthTapConv3d  # noqa: E402
-from ditto_core.render.warp_decode import WarpDecodeEngine  # noqa: E402
 
 VARIANTS: dict[str, dict] = {
     "baseline": {},
@@ -394,7 +394,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(DEFAULT_VARIANTS))
-    parser.add_argument("--precision", choices=sorted(DTYPES), default="fp16")
+    parser.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp16")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--no-breakdown", action="store_true", help="skip the stage and kernel breakdowns")
@@ -409,7 +409,7 @@ def main() -> None:
     settings = Settings(device, max(args.batch, ERROR_FRAMES), 1080, 1920, 64, args.batch, (args.precision,),
                         compile=True, reps=args.reps, preset="ultrafast", crf=18)
     scene, _ = make_scene(settings)
-    dtype = DTYPES[args.precision]
+    dtype = network_dtype(args.precision)
     reference = reference_renders(render_networks(device, torch.float32), scene, ERROR_FRAMES)
     nets = render_networks(device, dtype)
     inputs = (scene.source.f_s.to(dtype), scene.motion.kp_source, scene.motion.kp_driving)

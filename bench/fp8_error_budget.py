@@ -8,25 +8,23 @@ with bfloat16 rounding as the yardstick: bf16 is a shipped precision (render err
 official layout unless ``--model-dir`` holds the official files: trained weights can have
 other ranges, so rerun with them before trusting the numbers.
 
-    python bench/fp8_error_budget.py --out bench/results/fp8_error.json
+    python -m bench.fp8_error_budget --out bench/results/fp8_error.json
 """
 from __future__ import annotations
 
 import argparse
 import copy
-import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_common import emit, rel_l2  # noqa: E402
-from bench_warp_decode_variants import with_replaced  # noqa: E402
-from ditto_core.models.ditto_models import load_ditto_models, random_ditto_models  # noqa: E402
+from ditto_core.models.ditto_models import load_ditto_models, random_ditto_models
+
+from .bench_common import emit, rel_l2
+from .bench_warp_decode_variants import with_replaced
 
 E4M3_MAX = torch.finfo(torch.float8_e4m3fn).max
 

@@ -1,61 +1,319 @@
-"""Command line: ``python -m ditto_core {render,convert-weights} ...``.
+"""Command line: ``python -m ditto_core {render,download,convert-weights} ...``.
 
-Headless use without ComfyUI: the same library calls the nodes make.
+Headless use without ComfyUI: the same library calls the nodes make. Every option is checked
+while the command line is parsed, so a bad value is refused, naming its flag, before any model,
+image or speech is loaded.
 """
 from __future__ import annotations
 
 import argparse
+import logging
+import math
+import os
 import sys
+import tempfile
+import time
+from collections import deque
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence, TextIO
 
 from .errors import DittoError
 from .signals import exit_status, terminate_as_interrupt
+from .motion.motion_options import EMOTIONS, MAX_STEPS
+from .precision import LMDM_PRECISIONS, NETWORK_PRECISIONS
+from .video.writer import X264_PRESETS
+
+log = logging.getLogger(__name__)
+MAX_SEED = 2**64 - 1
+MAX_CRF = 51
+
+
+class _Parser(argparse.ArgumentParser):
+    """Refuses a bad command line in one line (argparse's default adds the whole usage above it)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n(all options: {self.prog} --help)\n")
+
+
+# -- option types: each refuses a bad value with the reason; argparse adds the flag's name --------
+
+
+def _int_in(low: int, high: Optional[int] = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low or (high is not None and value > high):
+            allowed = f"{low} or more" if high is None else f"{low} to {high}"
+            raise argparse.ArgumentTypeError(f"{value} is out of range: {allowed}")
+        return value
+
+    return parse
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number of seconds")
+    return value
+
+
+def _emotion(text: str) -> int:
+    if text in EMOTIONS:
+        return EMOTIONS.index(text)
+    if text.isdigit() and int(text) < len(EMOTIONS):
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r} is not an emotion: use one of {EMOTION_HELP}")
+
+
+EMOTION_HELP = ", ".join(f"{i} {name}" for i, name in enumerate(EMOTIONS))
+
+
+def _input_file(text: str) -> Path:
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is a folder; give a file")
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{path} does not exist")
+    if not os.access(path, os.R_OK):
+        raise argparse.ArgumentTypeError(f"{path} cannot be read (check its permissions)")
+    return path
+
+
+def _output_mp4(text: str) -> Path:
+    path = Path(text)
+    if path.suffix.lower() != ".mp4":
+        raise argparse.ArgumentTypeError(f"{path} does not end in .mp4 (the video is written as an MP4)")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is a folder; give a file name ending in .mp4")
+    folder = next(p for p in path.absolute().parents if p.exists())  # the folders below it are created
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write into {folder}")
+    return path
+
+
+def _device(text: str):
+    import torch
+
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device: use cpu, cuda or cuda:N") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            why = ("this PyTorch build has no CUDA support; install a CUDA build of torch" if torch.version.cuda is None
+                   else "no GPU or driver was found")
+            raise argparse.ArgumentTypeError(f"{text} was asked for, but PyTorch sees no CUDA GPU here ({why}); "
+                                             f"use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise argparse.ArgumentTypeError(f"{text} does not exist: this machine has "
+                                             f"{torch.cuda.device_count()} GPU(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    elif device.type != "cpu":
+        raise argparse.ArgumentTypeError(f"{text}: only cpu and cuda devices are supported")
+    return device
+
+
+# -- render ------------------------------------------------------------------------------------
 
 
 def _add_render(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("render", help="portrait + speech -> talking-head MP4")
-    p.add_argument("--image", required=True, type=Path, help="portrait image (or a short video) with one visible face")
-    p.add_argument("--audio", required=True, type=Path, help="speech track (wav, mp3, flac, m4a, ...)")
-    p.add_argument("--out", required=True, type=Path, help="output .mp4 path (written atomically)")
+    p = sub.add_parser("render", help="portrait + speech -> talking-head MP4",
+                       description="Animate one portrait with one speech track into an MP4. Every option is "
+                                   "checked before anything loads; the MP4 appears only when it is complete.")
+    p.add_argument("--image", required=True, type=_input_file,
+                   help="portrait image (or a short video) with one visible face")
+    p.add_argument("--audio", required=True, type=_input_file, help="speech track (wav, mp3, flac, m4a, ...)")
+    p.add_argument("--out", required=True, type=_output_mp4,
+                   help="output .mp4 path (written atomically; missing folders are created)")
     p.add_argument("--models", type=Path, default=Path("models/ditto"),
-                   help="folder with the official Ditto files (default: models/ditto)")
+                   help="folder with the official Ditto files (default: models/ditto; fill it with "
+                        "`python -m ditto_core download`)")
     p.add_argument("--random-weights", action="store_true",
                    help="smoke mode: random networks, no face detector, stand-in audio encoder; the output is "
                         "noise but every stage of the pipeline runs")
-    p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda when available)")
-    p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
-    p.add_argument("--steps", type=int, default=25, help="DDIM steps of the motion diffusion (reference: 50)")
-    p.add_argument("--lmdm-precision", choices=("fp32", "tf32", "bf16"), default="fp32",
-                   help="motion diffusion arithmetic: fp32 reproduces Ditto; tf32 / bf16 are faster (README)")
-    p.add_argument("--lmdm-compile", action="store_true", help="torch.compile the motion diffusion steps")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--emo", type=int, default=4, help="emotion 0-7 (4: neutral)")
-    p.add_argument("--blinks", type=int, default=0,
+    p.add_argument("--device", type=_device, default=None, help="cuda, cuda:1, cpu (default: cuda when available)")
+    p.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp32",
+                   help="image networks' precision: fp32 reproduces Ditto, fp16 and bf16 are the GPU fast paths "
+                        "(default: fp32)")
+    p.add_argument("--steps", type=_int_in(1, MAX_STEPS), default=25,
+                   help=f"DDIM steps of the motion diffusion, 1 to {MAX_STEPS} (default: 25; the reference uses 50)")
+    p.add_argument("--lmdm-precision", choices=LMDM_PRECISIONS, default="fp32",
+                   help="motion diffusion arithmetic: fp32 reproduces Ditto; tf32 and bf16 are faster (default: fp32)")
+    p.add_argument("--lmdm-compile", action="store_true",
+                   help="torch.compile the motion diffusion steps (pays off with --lmdm-precision bf16 on long clips)")
+    p.add_argument("--seed", type=_int_in(0, MAX_SEED), default=0,
+                   help="seed of the motion diffusion's noise, 0 to 2**64-1 (default: 0)")
+    p.add_argument("--emo", type=_emotion, default="neutral",
+                   help=f"emotion the face shows while speaking, by name or number: {EMOTION_HELP} (default: neutral)")
+    p.add_argument("--blinks", type=_int_in(-1), default=0,
                    help="procedural blinks (need ditto_cfg/v0.4_hubert_cfg_pytorch.pkl under --models): -1 off, "
                         "0 random 60-100 open-eye frames between blinks (Ditto's default), N > 0 exactly N")
-    p.add_argument("--eye-lock", action="store_true", help="lock eye state to the source's frame 0")
-    p.add_argument("--batch-size", type=int, default=0, help="frames per warp+decode batch (0: chosen from free VRAM)")
-    p.add_argument("--crf", type=int, default=18)
-    p.add_argument("--preset", default="medium", help="x264 preset (ultrafast ... veryslow)")
-    p.add_argument("--max-seconds", type=float, default=None, help="render only the first N seconds of speech")
-    p.add_argument("--cache-dir", type=Path, default=None, help="avatar cache folder (default: next to --models)")
+    p.add_argument("--eye-lock", action="store_true",
+                   help="condition every frame on the eye state of the source's first frame (steadier eyes)")
+    p.add_argument("--batch-size", type=_int_in(0), default=0,
+                   help="frames per warp+decode batch (default: 0, chosen from free VRAM)")
+    p.add_argument("--crf", type=_int_in(0, MAX_CRF), default=18,
+                   help=f"x264 quality, 0 (lossless) to {MAX_CRF}: lower is better and larger (default: 18)")
+    p.add_argument("--preset", choices=X264_PRESETS, default=None,
+                   help="x264 speed preset; slower presets make smaller files (default: chosen from the CPU count)")
+    p.add_argument("--encoders", type=_int_in(1), default=None,
+                   help="x264 instances encoding segments of the clip in parallel (default: one per 4 CPU cores)")
+    p.add_argument("--max-seconds", type=_positive_seconds, default=None,
+                   help="render only the first N seconds of speech (default: all of it)")
+    p.add_argument("--cache-dir", type=Path, default=None, help="avatar cache folder (default: <--models>/cache)")
+    p.set_defaults(run=_render, check=_check_render)
+
+
+def _check_render(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """What no single flag's type can see: combinations, and defaults that depend on the machine."""
+    import torch
+
+    device = args.device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cpu" and args.precision != "fp32":
+        parser.error(f"argument --precision: {args.precision} is a GPU fast path; on the CPU use fp32 "
+                     f"(or --device cuda on a machine with a GPU)")
+    if args.cache_dir is not None and args.cache_dir.exists() and not args.cache_dir.is_dir():
+        parser.error(f"argument --cache-dir: {args.cache_dir} is a file, not a folder")
+
+
+def _render(args: argparse.Namespace) -> int:
+    from .atomic_files import reap_stale_temporaries
+
+    reap_stale_temporaries(args.out.parent)  # what renders killed outright (SIGKILL) left there
+    out = render_cli(args)
+    print(f"wrote {out}")
+    return 0
+
+
+def render_cli(args: argparse.Namespace, stream: TextIO = sys.stderr) -> Path:
+    """``python -m ditto_core render``: build the pipeline from checked CLI arguments and run it."""
+    from .model_files import check_model_files
+    from .motion.motion_options import MotionOptions
+    from .pipeline import DittoPipeline
+    from .precision import network_dtype
+    from .registration.options import RegistrationOptions
+
+    progress = TerminalProgress(stream)
+    registration = RegistrationOptions(detect_face=not args.random_weights)
+    motion_options = MotionOptions(steps=args.steps, seed=args.seed, emo=args.emo, eye_f0_mode=args.eye_lock,
+                                   delta_eye_open_n=args.blinks, sampler_precision=args.lmdm_precision,
+                                   sampler_compile=args.lmdm_compile)
+    common = dict(device=args.device, dtype=network_dtype(args.precision), batch_size=args.batch_size)
+    with tempfile.TemporaryDirectory(prefix="ditto_") as workdir:
+        if args.random_weights:
+            log.warning("random weights: every stage runs, but the video shows noise, not a face")
+            progress.status("building random networks")
+            pipeline = DittoPipeline.random(Path(workdir), seed=args.seed, **common)
+        else:
+            check_model_files(args.models, registration.detect_face)  # every missing file named, nothing loaded
+            progress.status(f"loading the models from {args.models}")
+            cache_dir = args.cache_dir or Path(args.models) / "cache"
+            pipeline = DittoPipeline.from_model_dir(args.models, cache_dir=cache_dir, **common)
+        pipeline.start_warmup()  # compiles beside registration, audio and motion; renders eagerly until ready
+        engine = pipeline.engine()
+        progress.compiling = lambda: (engine.stats.compiled and engine.stats.compile_seconds is None
+                                      and engine.warmup == "foreground")
+        out = pipeline.run(args.image, args.audio, args.out, registration, motion_options, crf=args.crf,
+                           preset=args.preset, max_seconds=args.max_seconds, progress=progress,
+                           status=progress.status, encoders=args.encoders)
+    for stage, seconds in pipeline.times.seconds.items():
+        print(f"{stage:>15}: {seconds:7.2f} s")
+    return out
+
+
+class TerminalProgress:
+    """Start-up stages as status lines, then the render as one line with frames/s and an ETA.
+
+    On a terminal the render line rewrites itself; into a file or pipe it is printed at every
+    tenth of the clip. The rate is taken over the last few batches, so the one-off compile of the
+    first batches does not stretch the estimate for the rest.
+    """
+
+    WINDOW = 8  # progress reports the rate is measured over
+
+    def __init__(self, stream: TextIO = sys.stderr, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stream, self.clock = stream, clock
+        self.start = clock()
+        self.compiling: Callable[[], bool] = lambda: False  # whether the next render batch compiles first
+        self._reports: deque[tuple[float, int]] = deque(maxlen=self.WINDOW)
+        self._shown_tenth = -1
+        self._tty = hasattr(stream, "isatty") and stream.isatty()
+
+    def status(self, text: str) -> None:
+        print(f"[{self.clock() - self.start:6.1f} s] {text}...", file=self.stream, flush=True)
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self.clock()
+        if not self._reports and self.compiling():
+            self.status("compiling the render engine for this GPU (up to a minute the first time, seconds "
+                        "once cached)")
+        self._reports.append((now, done))
+        line = self.line(done, total)
+        if self._tty:
+            print(f"\r{line}", end="\n" if done >= total else "", file=self.stream, flush=True)
+        elif done >= total or 10 * done // max(total, 1) > self._shown_tenth:
+            self._shown_tenth = 10 * done // max(total, 1)
+            print(line, file=self.stream, flush=True)
+
+    def line(self, done: int, total: int) -> str:
+        text = f"rendering {done}/{total} frames ({100 * done // max(total, 1)}%)"
+        (t0, d0), (t1, d1) = self._reports[0], self._reports[-1]
+        if d1 > d0 and t1 > t0:
+            rate = (d1 - d0) / (t1 - t0)
+            eta = round((total - done) / rate)
+            text += f", {rate:.1f} frames/s, ETA {eta // 60}:{eta % 60:02d}"
+        return text
+
+
+# -- download and convert-weights ----------------------------------------------------------------
+
+
+def _add_download(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("download", help="fetch the official model files a folder lacks (verified, resumable)",
+                       description="Download every official Ditto file missing from --models from HuggingFace "
+                                   "(or a mirror): checked against the Hub's size and SHA-256 and by kind, "
+                                   "written atomically, resumed where an interrupted run stopped.")
+    p.add_argument("--models", type=Path, default=Path("models/ditto"),
+                   help="model folder to fill (default: models/ditto)")
+    p.add_argument("--aux-dir", type=Path, default=None,
+                   help="folder for the face models and HuBERT (default: the model folder's aux_models/)")
+    p.add_argument("--endpoint", default=None,
+                   help="HuggingFace address or a mirror (default: $HF_ENDPOINT, else https://huggingface.co)")
+    p.set_defaults(run=_download)
+
+
+def _download(args: argparse.Namespace) -> int:
+    from .download import download_missing
+    from .model_files import missing_downloads
+
+    wanted = missing_downloads(args.models, args.aux_dir)
+    if not wanted:
+        print(f"nothing to download: every official file is in {args.models}")
+        return 0
+    print(f"downloading {len(wanted)} file(s) into {args.models}")
+    shown = {}
+
+    def on_bytes(name: str, have: int, size: Optional[int]) -> None:
+        step = have * 20 // size if size else have >> 24  # a twentieth of the file, or every 16 MiB
+        if shown.get(name) != step:
+            shown[name] = step
+            of = f" of {size / 1e6:.1f}" if size else ""
+            print(f"  {name}: {have / 1e6:.1f}{of} MB", file=sys.stderr, flush=True)
+
+    for path in download_missing(args.models, args.aux_dir, endpoint=args.endpoint, on_bytes=on_bytes):
+        print(f"wrote {path}")
+    return 0
 
 
 def _add_convert(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert-weights", help="official .pth files -> .safetensors (+ JSON index)")
     p.add_argument("src", type=Path, help="folder with the official ditto_pytorch/models/*.pth files")
     p.add_argument("dst", type=Path, help="folder to write <name>.safetensors and ditto_models.json into")
-
-
-def _render(args: argparse.Namespace) -> int:
-    from .atomic_files import reap_stale_temporaries
-    from .pipeline import render_cli
-
-    reap_stale_temporaries(args.out.parent)  # what renders killed outright (SIGKILL) left there
-    out = render_cli(args)
-    print(f"wrote {out}")
-    return 0
+    p.set_defaults(run=_convert)
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -66,21 +324,34 @@ def _convert(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ditto_core", description=__doc__)
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m ditto_core", description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    _add_render(sub)
-    _add_convert(sub)
+    for add in (_add_render, _add_download, _add_convert):
+        add(sub)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    if hasattr(args, "check"):
+        args.check(args, _subparser(parser, args.command))
     try:
         with terminate_as_interrupt():  # SIGTERM / SIGHUP clean up as Ctrl-C does
-            return {"render": _render, "convert-weights": _convert}[args.command](args)
+            return args.run(args)
     except DittoError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         print(f"interrupted ({str(exc) or 'Ctrl-C'}): nothing was written", file=sys.stderr)
         return exit_status(exc)
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[command]
 
 
 if __name__ == "__main__":

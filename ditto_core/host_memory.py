@@ -2,9 +2,8 @@
 
 glibc serves each thread from its own heap arena and keeps what the thread frees for reuse.
 Every video gets a new encoder thread, so with many cores the first renders of a session
-each leave tens of MiB of freed-but-kept frame buffers in a fresh arena (measured on a
-16-core H200 host: resident memory grew about 400 MiB over the first nine renders, then
-stayed flat). ``malloc_trim`` releases the free pages of every arena at once. Elsewhere (musl,
+each leave tens of MiB of freed-but-kept frame buffers in a fresh arena (the growth on a
+16-core H200 host is in docs/PERFORMANCE.md). ``malloc_trim`` releases the free pages of every arena at once. Elsewhere (musl,
 macOS, Windows) there is nothing to do.
 """
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """The headless end-to-end API: portrait + speech -> MP4.
 
-The CLI and the all-in-one ComfyUI node call :class:`DittoPipeline`; the stage nodes call the
+``python -m ditto_core render`` (``__main__.py``) and the all-in-one ComfyUI node call :class:`DittoPipeline`; the stage nodes call the
 same stage methods one at a time. Rendering streams: warp+decode, put-back and encoding run
 batch by batch, so host and GPU memory stay flat whatever the clip length.
 """
 from __future__ import annotations
 
 import logging
-import math
-import tempfile
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
@@ -19,19 +17,18 @@ import torch
 from torch import Tensor
 
 from .audio.audio_features import SAMPLE_RATE, AudioFeatures
-from .audio.hubert import HUBERT_ONNX_NAME, HubertFeatureExtractor
+from .audio.hubert import HubertFeatureExtractor
 from .audio.loading import load_audio, to_mono_16k
-from .errors import InputError, MissingModelError
-from .models.checkpoints import HF_REPO, NETWORKS, find_network_file
+from .errors import InputError
+from .model_files import AUX_FILES, check_model_files, find_hubert
 from .models.ditto_models import DittoModels, load_ditto_models, random_ditto_models
-from .models.official_config import CONFIG_DIR, CONFIG_FILE, find_config
 from .motion.conditions import build_conditions, build_kp_condition
 from .motion.lmdm_sampler import DDIMSampler, generate_motion
 from .motion.motion_options import MotionOptions
 from .motion.motion_sequence import MotionSequence
 from .motion.motion_stitch import stitch_motion
 from .progress import ProgressCallback
-from .registration.aux_models import AUX_FILES, AuxModels, aux_candidate_dirs, find_aux_file, load_aux_models
+from .registration.aux_models import AuxModels, load_aux_models
 from .registration.cache import AvatarCache
 from .registration.image_io import load_source
 from .registration.options import RegistrationOptions
@@ -42,37 +39,6 @@ from .render.warp_decode import WarpDecodeEngine
 from .video.writer import VideoWriter
 
 log = logging.getLogger(__name__)
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-def check_model_files(model_dir: Path, detect_face: bool = True) -> None:
-    """Raise one :class:`MissingModelError` listing every file a render needs and lacks."""
-    missing = [f"{spec.official_file} -> {model_dir}/" for name, spec in NETWORKS.items()
-               if find_network_file(name, model_dir) is None]
-    aux_needed = [AUX_FILES[n] for n in AUX_FILES if detect_face and find_aux_file(n, model_dir) is None]
-    if find_hubert(model_dir) is None:
-        aux_needed.append(HUBERT_ONNX_NAME)
-    missing += [f"{name} -> {model_dir}/aux_models/" for name in aux_needed]
-    if missing:
-        lines = "\n  ".join(missing)
-        optional = ""
-        if find_config(model_dir) is None:
-            optional = (f"Optional, for Ditto's procedural blinks: {CONFIG_FILE} -> {model_dir}/{CONFIG_DIR}/ "
-                        f"(from {CONFIG_DIR}/ on HuggingFace).\n")
-        raise MissingModelError(
-            f"Ditto needs these model files, which are not in {model_dir.resolve()}:\n  {lines}\n{optional}"
-            f"Download them from HuggingFace {HF_REPO} (the .pth files from ditto_pytorch/models/, the others "
-            f"from ditto_pytorch/aux_models/). Inside ComfyUI the folder is ComfyUI/models/ditto/. To try "
-            f"the pipeline without them, add --random-weights."
-        )
-
-
-def find_hubert(model_dir: Path) -> Optional[Path]:
-    """HuBERT sits with the face models: ``aux_models/`` in either download layout."""
-    for folder in aux_candidate_dirs(model_dir):
-        if (folder / HUBERT_ONNX_NAME).is_file():
-            return folder / HUBERT_ONNX_NAME
-    return None
 
 
 def default_device() -> torch.device:
@@ -125,6 +91,7 @@ class DittoPipeline:
         compile: bool = True,
         batch_size: int = 0,
         model_dir: Optional[Path] = None,
+        warmup: str = "background",
     ) -> None:
         self.models = models
         self.aux = aux
@@ -133,6 +100,7 @@ class DittoPipeline:
         self.compile = compile
         self.batch_size = batch_size
         self.model_dir = model_dir  # where face models missing from ``aux`` are loaded from on demand
+        self.warmup = warmup  # how the warp+decode graph is compiled (WarpDecodeEngine's ``warmup``)
         self.times = StageTimes()
         self._samplers: OrderedDict[tuple[int, str, bool], DDIMSampler] = OrderedDict()
         self._engines: OrderedDict[tuple[int, bool], WarpDecodeEngine] = OrderedDict()
@@ -177,7 +145,8 @@ class DittoPipeline:
 
         device = torch.device(device) if device is not None else default_device()
         models = random_ditto_models(device, dtype, seed)
-        hubert = HubertFeatureExtractor(write_stub_hubert(Path(workdir) / "hubert_stub.onnx", seed=seed), device)
+        stub = write_stub_hubert(Path(workdir) / "hubert_stub.onnx", seed=seed)
+        hubert = HubertFeatureExtractor(stub, device, backend="onnxruntime")  # the stub is no HuBERT
         return cls(models, AuxModels(), hubert, None, **kwargs)
 
     # -- stages -----------------------------------------------------------------------------
@@ -252,22 +221,34 @@ class DittoPipeline:
         """The warp+decode engine for these settings (default: the pipeline's), kept with its graphs."""
         key = (self.batch_size if batch_size is None else batch_size, self.compile if compile is None else compile)
         return _most_recent(self._engines, key, lambda: WarpDecodeEngine(
-            self.models.warp_network, self.models.decoder, batch_size=key[0], compile=key[1]))
+            self.models.warp_network, self.models.decoder, batch_size=key[0], compile=key[1], warmup=self.warmup))
+
+    def start_warmup(self) -> None:
+        """Start compiling the default engine's graph for an image source now, in the background.
+
+        Called right after the models load, so the compile overlaps registration, audio features
+        and motion; until it is ready the render runs eagerly (``warmup="background"``, the
+        default). Does nothing where the engine does not compile, or compiles in the foreground.
+        """
+        self.engine().start_warmup()
 
     def render_video(
         self, source: SourceInfo, motion: MotionSequence, out_path: Path | str,
-        audio: Optional[tuple[Tensor, int]] = None, crf: int = 18, preset: str = "medium",
-        progress: Optional[ProgressCallback] = None,
+        audio: Optional[tuple[Tensor, int]] = None, crf: int = 18, preset: Optional[str] = None,
+        progress: Optional[ProgressCallback] = None, encoders: Optional[int] = None,
     ) -> Path:
         """Warp+decode, paste back and encode, batch by batch; the MP4 appears only on success."""
         start = time.perf_counter()
         height, width = source.frames.shape[1:3]
         engine = self.engine()
         with VideoWriter(out_path, width=width, height=height, fps=motion.fps, crf=crf, preset=preset,
-                         audio=audio) as writer:
+                         audio=audio, encoders=encoders, expected_frames=len(motion)) as writer:
             for first, renders in engine.iter_render(source, motion, progress):
                 index = motion.source_index[first:first + renders.shape[0]]
                 writer.write(paste_back(source.frames, renders, source.M_c2o, source_index=index))
+            self.times.record("render", start, self.device)  # every frame handed to the encoder
+            finalize = time.perf_counter()
+        self.times.record("finalize_mp4", finalize, self.device)  # encoder drained, file renamed into place
         self.times.record("render_video", start, self.device)
         return Path(out_path)
 
@@ -276,52 +257,27 @@ class DittoPipeline:
     def run(
         self, source_path: Path | str, audio_path: Path | str, out_path: Path | str,
         registration: Optional[RegistrationOptions] = None, motion_options: Optional[MotionOptions] = None,
-        crf: int = 18, preset: str = "medium", max_seconds: Optional[float] = None,
-        progress: Optional[ProgressCallback] = None,
+        crf: int = 18, preset: Optional[str] = None, max_seconds: Optional[float] = None,
+        progress: Optional[ProgressCallback] = None, status: Optional[Callable[[str], None]] = None,
+        encoders: Optional[int] = None,
     ) -> Path:
+        """Every stage at once. ``progress`` follows the render frame by frame; ``status`` is told
+        each stage's name as it starts (the CLI prints them)."""
+        announce = status or (lambda stage: None)
+        announce("reading the portrait and the speech")
         frames, is_image = load_source(source_path)
         waveform, rate = load_audio(audio_path)
         if max_seconds is not None:
             if not max_seconds > 0:
                 raise InputError(f"max_seconds must be positive, got {max_seconds}.")
             waveform = waveform[:, : max(1, int(max_seconds * rate))]
+        announce("registering the avatar")
         source = self.register(frames, registration, is_image=is_image, name=str(source_path))
+        announce("computing the audio features")
         features = self.audio_features(waveform, rate, name=str(audio_path))
+        announce("generating the motion")
         motion = self.motion(source, features, motion_options or MotionOptions())
         del features  # (frames, 1024) on the device: the render's memory must not grow with the clip
+        announce("rendering")
         return self.render_video(source, motion, out_path, audio=(waveform, rate), crf=crf, preset=preset,
-                                 progress=progress)
-
-
-def render_cli(args) -> Path:
-    """``python -m ditto_core render``: build the pipeline from CLI arguments and run it."""
-    dtype = DTYPES[args.precision]
-    registration = RegistrationOptions(detect_face=not args.random_weights)
-    motion_options = MotionOptions(steps=args.steps, seed=args.seed, emo=args.emo, eye_f0_mode=args.eye_lock,
-                                   delta_eye_open_n=args.blinks, sampler_precision=args.lmdm_precision,
-                                   sampler_compile=args.lmdm_compile)
-    common = dict(device=args.device, dtype=dtype, batch_size=args.batch_size)
-    with tempfile.TemporaryDirectory(prefix="ditto_") as workdir:
-        if args.random_weights:
-            log.warning("random weights: every stage runs, but the video shows noise, not a face")
-            pipeline = DittoPipeline.random(Path(workdir), seed=args.seed, **common)
-        else:
-            cache_dir = args.cache_dir or Path(args.models) / "cache"
-            pipeline = DittoPipeline.from_model_dir(args.models, cache_dir=cache_dir, **common)
-        out = pipeline.run(args.image, args.audio, args.out, registration, motion_options, crf=args.crf,
-                           preset=args.preset, max_seconds=args.max_seconds, progress=_terminal_progress())
-    for stage, seconds in pipeline.times.seconds.items():
-        print(f"{stage:>15}: {seconds:7.2f} s")
-    return out
-
-
-def _terminal_progress() -> ProgressCallback:
-    last = [-1]
-
-    def show(done: int, total: int) -> None:
-        percent = math.floor(100 * done / max(total, 1))
-        if percent != last[0]:
-            last[0] = percent
-            print(f"\rrendering {done}/{total} frames ({percent}%)", end="\n" if done >= total else "", flush=True)
-
-    return show
+                                 progress=progress, encoders=encoders)

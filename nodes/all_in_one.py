@@ -10,7 +10,7 @@ from torch import Tensor
 from ditto_core.errors import InputError
 from ditto_core.motion.motion_options import MotionOptions
 from ditto_core.registration.options import RegistrationOptions
-from ditto_core.video.writer import X264_PRESETS, check_encoder_options
+from ditto_core.video.writer import X264_PRESETS, check_encoder_options, default_preset
 
 from . import ditto_types as T
 from .audio_nodes import encode_speech
@@ -47,7 +47,7 @@ class DittoTalkingHead(io.ComfyNode):
                 io.String.Input("filename_prefix", default="ditto/talking_head",
                                 tooltip="File name prefix inside the output folder."),
                 io.Int.Input("crf", default=18, min=0, max=51, tooltip="x264 quality: lower is better and larger."),
-                io.Combo.Input("preset", options=list(X264_PRESETS), default="medium", tooltip="x264 speed/size trade-off."),
+                io.Combo.Input("preset", options=list(X264_PRESETS), default=default_preset(), tooltip="x264 speed/size trade-off."),
                 T.MOTION_OPTIONS.Input("options", optional=True,
                                        tooltip="From Eye Lock / Motion Options; Ditto's defaults when unconnected."),
             ],

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
+from ditto_core import download
 from ditto_core.errors import InputError
+from ditto_core.precision import NETWORK_PRECISIONS
 
 from . import ditto_types as T
-from . import download
-from .model_registry import PRECISIONS, REGISTRY, ModelHandle, device_choices, resolve_device
-from .paths import ROOT_CHOICE, aux_download_dir, avatar_cache_dir, model_folder_choices, resolve_model_folder
+from .model_registry import REGISTRY, ModelHandle, device_choices, resolve_device
+from .paths import ROOT_CHOICE, avatar_cache_dir, model_folder_choices, resolve_model_folder
 from .runtime import comfy_progress, timed_stage
 
 
@@ -33,13 +34,14 @@ class LoadDittoModels(io.ComfyNode):
                                        "face models and HuBERT in aux_models/ or ditto_pytorch/aux_models/."),
                 io.Combo.Input("device", options=device_choices(), default="auto",
                                tooltip="Where every Ditto stage runs; 'auto' is the first GPU, else the CPU."),
-                io.Combo.Input("precision", options=["auto", *PRECISIONS], default="auto",
+                io.Combo.Input("precision", options=["auto", *NETWORK_PRECISIONS], default="auto",
                                tooltip="fp32 matches the reference exactly; fp16/bf16 (GPU only) render about "
                                        "twice as fast; 'auto' is fp16 on a GPU, fp32 on the CPU. The motion "
                                        "diffusion always runs in fp32."),
                 io.Boolean.Input("download_missing", default=False,
-                                 tooltip="Fetch missing official files from HuggingFace (needs the huggingface_hub "
-                                         "package); each file is verified before it is put in place."),
+                                 tooltip="Fetch missing official files from HuggingFace ($HF_ENDPOINT for a mirror); "
+                                         "each file is verified before it is put in place, and an "
+                                         "interrupted download resumes on the next run."),
             ],
             outputs=[T.MODELS.Output(display_name="models", tooltip="Handle on the loaded networks.")],
         )
@@ -56,7 +58,7 @@ class LoadDittoModels(io.ComfyNode):
             )
         with timed_stage("Load models", torch_device) as timer:
             if download_missing:
-                download.download_missing(folder, aux_download_dir(folder), comfy_progress())
+                download.download_missing(folder, progress=comfy_progress())
             handle = ModelHandle(str(folder), str(torch_device), precision, str(avatar_cache_dir()))
             REGISTRY.pipeline(handle)
         return io.NodeOutput(handle, ui=timer.ui())

@@ -20,8 +20,8 @@ from typing import Any, Callable, Optional
 import torch
 
 from ditto_core.errors import InputError
-from ditto_core.pipeline import DTYPES as PRECISIONS
 from ditto_core.pipeline import DittoPipeline
+from ditto_core.precision import network_dtype
 
 def resolve_device(choice: str) -> torch.device:
     """``"auto"`` -> the first CUDA GPU, else the CPU; refuses a CUDA device that is not there."""
@@ -50,7 +50,7 @@ class ModelHandle:
 
     model_dir: str
     device: str  # resolved, e.g. "cuda:0" or "cpu"
-    precision: str  # key of PRECISIONS
+    precision: str  # one of ditto_core.precision.NETWORK_PRECISIONS
     cache_dir: Optional[str] = None  # avatar cache root (None: no cache)
 
     @property
@@ -59,7 +59,7 @@ class ModelHandle:
 
     @property
     def dtype(self) -> torch.dtype:
-        return PRECISIONS[self.precision]
+        return network_dtype(self.precision)
 
 
 class ModelRegistry:

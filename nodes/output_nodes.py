@@ -14,7 +14,7 @@ from torch import Tensor
 from ditto_core.errors import InputError
 from ditto_core.progress import ProgressCallback, report
 from ditto_core.render.rendered_frames import VideoFrames
-from ditto_core.video.writer import X264_PRESETS, VideoWriter
+from ditto_core.video.writer import X264_PRESETS, VideoWriter, default_preset
 
 from . import ditto_types as T
 from .paths import safe_filename_prefix
@@ -70,7 +70,7 @@ def save_mp4(
         raise InputError("Save Talking Head Video: there are no frames to save; check the audio length.")
     path, saved = output_file(filename_prefix, width, height)
     with VideoWriter(path, width=width, height=height, fps=frames.fps, crf=crf, preset=preset,
-                     audio=audio_for_mux(audio)) as writer:
+                     audio=audio_for_mux(audio), expected_frames=total) as writer:
         for start in range(0, total, ENCODE_CHUNK):
             stop = min(start + ENCODE_CHUNK, total)
             writer.write(frames.frames[start:stop])
@@ -115,7 +115,7 @@ class SaveTalkingHeadVideo(io.ComfyNode):
                                         "absolute paths are removed."),
                 io.Int.Input("crf", default=18, min=0, max=51,
                              tooltip="x264 quality: 0 lossless, 18 visually lossless, 23 default, higher is smaller."),
-                io.Combo.Input("preset", options=list(X264_PRESETS), default="medium",
+                io.Combo.Input("preset", options=list(X264_PRESETS), default=default_preset(),
                                tooltip="x264 speed/size trade-off: faster presets encode quicker, files get larger."),
                 io.Audio.Input("audio", optional=True, tooltip="Speech to mux in (the same AUDIO the features "
                                                                "came from); silent video when unconnected."),

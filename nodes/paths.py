@@ -15,12 +15,12 @@ from pathlib import Path, PurePosixPath
 import folder_paths
 
 from ditto_core.atomic_files import reap_stale_temporaries
-from ditto_core.models.checkpoints import NETWORKS, find_network_file
+from ditto_core.model_files import NETWORK_STEMS, find_network_file
 
 FOLDER_NAME = "ditto"
 ROOT_CHOICE = "."
 """The model-folder choice meaning "the ditto folder itself" (always offered)."""
-_NETWORK_STEMS = {spec.stem for spec in NETWORKS.values()}
+_NETWORK_STEMS = set(NETWORK_STEMS.values())
 _UNSAFE_CHARS = re.compile(r'[\x00-\x1f<>:"|?*]')
 
 
@@ -68,7 +68,7 @@ def resolve_model_folder(choice: str) -> Path:
     relative = Path(*[p for p in PurePosixPath(choice).parts if p not in ("", ".", "..", "/")])
     candidates = [root / relative for root in model_roots()]
     for folder in candidates:
-        if any(find_network_file(name, folder) for name in NETWORKS):
+        if any(find_network_file(name, folder) for name in NETWORK_STEMS):
             return folder
     existing = [folder for folder in candidates if folder.is_dir()]
     return (existing or candidates)[0]
@@ -86,15 +86,6 @@ def _model_root(folder: PurePosixPath) -> PurePosixPath:
 def avatar_cache_dir() -> Path:
     """Avatar cache root: in ComfyUI's user folder, so it survives restarts (unlike temp/)."""
     return Path(folder_paths.get_user_directory()) / "ditto_avatar_cache"
-
-
-def aux_download_dir(model_dir: Path) -> Path:
-    """Where downloaded face models and HuBERT go: the model folder's existing aux folder, else
-    ``<model_dir>/aux_models``."""
-    from ditto_core.registration.aux_models import aux_candidate_dirs
-
-    existing = [folder for folder in aux_candidate_dirs(model_dir)[1:] if folder.is_dir()]
-    return existing[0] if existing else model_dir / "aux_models"
 
 
 def safe_filename_prefix(prefix: str, default: str = "ditto/talking_head") -> str:

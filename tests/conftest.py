@@ -10,12 +10,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# The pack's per-user caches (mapped HuBERT weights, compiled kernels) go to a folder of this
+# run, not to the user's ~/.cache; subprocesses of the tests inherit it.
+os.environ.setdefault("XDG_CACHE_HOME", tempfile.mkdtemp(prefix="ditto-test-cache-"))
 SHARED = Path(os.environ.get("DITTO_SHARED", REPO_ROOT.parent / "shared"))
 REFERENCE = SHARED / "reference"
 EXAMPLE = SHARED / "data" / "ditto_example"

@@ -1,4 +1,4 @@
-"""The README's Reliability table, generated from the tests that prove it.
+"""The Reliability table (docs/RELIABILITY.md), generated from the tests that prove it.
 
 Every hardening test carries ``@pytest.mark.reliability(area=..., case=..., behaviour=...)``
 (directly or through a small helper returning that marker). This module asks pytest itself
@@ -6,8 +6,8 @@ which collected tests carry it -- collection only, nothing runs -- and renders t
 Markdown table, one row per case (parametrised cases with their own markers get a row each)::
 
     python -m tests.reliability_table            # print the table
-    python -m tests.reliability_table --write    # rewrite the README block in place
-    python -m tests.reliability_table --check    # exit 1 when the README block is stale
+    python -m tests.reliability_table --write    # rewrite the block in docs/RELIABILITY.md in place
+    python -m tests.reliability_table --check    # exit 1 when that block is stale
     python -m tests.reliability_table --json     # the rows, for tests/test_reliability_table.py
 
 Only files that mention the marker are collected, so a run takes a few seconds. Only the
@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
 TESTS_DIR = Path(__file__).resolve().parent
-README = TESTS_DIR.parent / "README.md"
+REPO = TESTS_DIR.parent
+TABLE_DOC = REPO / "docs" / "RELIABILITY.md"
 START, END = "<!-- reliability:start -->", "<!-- reliability:end -->"
 MARKER = "reliability"
 FIELDS = ("area", "case", "behaviour")
@@ -136,7 +137,7 @@ def render(rows: Iterable[Row]) -> str:
 
 
 def block(rows: Iterable[Row]) -> str:
-    """What belongs between the README markers (markers excluded)."""
+    """What belongs between the markers (markers excluded)."""
     rows = list(rows)
     note = (f"Generated from the {len(rows)} cases marked `@pytest.mark.reliability` by `{COMMAND}`; "
             "do not edit by hand.\n\n")
@@ -147,13 +148,13 @@ def replace_block(text: str, new_block: str) -> str:
     """``text`` with the content between the markers replaced by ``new_block``."""
     start, end = text.find(START), text.find(END)
     if start < 0 or end < start:
-        raise MarkerError(f"README.md needs a '{START}' line followed by a '{END}' line")
+        raise MarkerError(f"{TABLE_DOC.name} needs a '{START}' line followed by a '{END}' line")
     head = text[: start + len(START)]
     return f"{head}\n{new_block}{text[end:]}"
 
 
 def current_block(text: str) -> Optional[str]:
-    """The README's block as it stands, or None without markers."""
+    """The block as it stands, or None without markers."""
     start, end = text.find(START), text.find(END)
     if start < 0 or end < start:
         return None
@@ -163,18 +164,18 @@ def current_block(text: str) -> Optional[str]:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.reliability_table", description=__doc__.splitlines()[0])
     action = parser.add_mutually_exclusive_group()
-    action.add_argument("--write", action="store_true", help="rewrite the Reliability block of README.md")
-    action.add_argument("--check", action="store_true", help="exit 1 when the README block is stale")
+    action.add_argument("--write", action="store_true", help="rewrite the Reliability block of docs/RELIABILITY.md")
+    action.add_argument("--check", action="store_true", help="exit 1 when that block is stale")
     action.add_argument("--json", action="store_true", help="print the rows as JSON (for the tests)")
     args = parser.parse_args(argv)
     rows = collect()
     expected = block(rows)
     if args.write:
-        README.write_text(replace_block(README.read_text(encoding="utf-8"), expected), encoding="utf-8")
-        print(f"wrote {len(rows)} rows to {README}")
+        TABLE_DOC.write_text(replace_block(TABLE_DOC.read_text(encoding="utf-8"), expected), encoding="utf-8")
+        print(f"wrote {len(rows)} rows to {TABLE_DOC}")
     elif args.check:
-        if current_block(README.read_text(encoding="utf-8")) != expected:
-            print(f"README.md's Reliability table is stale; run `{COMMAND}`", file=sys.stderr)
+        if current_block(TABLE_DOC.read_text(encoding="utf-8")) != expected:
+            print(f"{TABLE_DOC.name}'s table is stale; run `{COMMAND}`", file=sys.stderr)
             return 1
     elif args.json:
         print(json.dumps([asdict(row) for row in rows]))

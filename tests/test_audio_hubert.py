@@ -146,7 +146,7 @@ def test_long_audio_is_encoded_window_by_window(extractor, monkeypatch):
 
     def spy(window):  # stands in for onnxruntime: only the windowing is under test here
         seen.append(tuple(window.shape))
-        return torch.zeros(20, 1024)
+        return torch.zeros(1, 20, 1024)
 
     monkeypatch.setattr(extractor, "_runner", spy)
     calls = []

@@ -1,25 +1,20 @@
 """The warp+decode and mask-conv benchmarks compare exact rewrites: each variant must compute
 what the shipped networks (or the layer) compute, or its timing compares different work."""
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-
-from bench_mask_conv import depth_block_taps, depth_row_taps  # noqa: E402
-from bench_warp_decode_variants import (  # noqa: E402
+from bench.bench_mask_conv import depth_block_taps, depth_row_taps
+from bench.bench_warp_decode_variants import (
     PYTORCH_LAYERS, ChannelPaddedConv, depth_taps_everywhere, depth_taps_full_res, pad_conv_channels,
     with_hourglass_110, with_mask_conv3d, with_ncdhw_3d_weights, with_occlusion_conv2d, with_padded_mask_taps,
     with_pytorch_layers,
 )
-from ditto_core.models.decoder import SPADEDecoder  # noqa: E402
-from ditto_core.models.depth_tap_conv import DepthTapConv3d  # noqa: E402
-from ditto_core.models.spatial_tap_conv import SpatialTapConv2d  # noqa: E402
-from ditto_core.models.triton_kernels import use_triton_kernels_  # noqa: E402
-from ditto_core.models.warp_network import WarpingNetwork  # noqa: E402
-from tests.parity import keypoint_pair, rel_l2  # noqa: E402
+from ditto_core.models.decoder import SPADEDecoder
+from ditto_core.models.depth_tap_conv import DepthTapConv3d
+from ditto_core.models.spatial_tap_conv import SpatialTapConv2d
+from ditto_core.models.triton_kernels import use_triton_kernels_
+from ditto_core.models.warp_network import WarpingNetwork
+from tests.parity import keypoint_pair, rel_l2
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from ditto_core.errors import CheckpointError, MissingModelError
+from ditto_core.model_files import find_network_file
 from ditto_core.models import checkpoints as C
 from ditto_core.models.ditto_models import load_ditto_models
 
@@ -62,7 +63,7 @@ def test_huggingface_folder_layout_is_found(tmp_path, official_ckpt_dir):
     nested = tmp_path / "ditto_pytorch" / "models"
     nested.mkdir(parents=True)
     shutil.copy(official_ckpt_dir / "stitch_network.pth", nested)
-    assert C.find_network_file("stitch_network", tmp_path) == nested / "stitch_network.pth"
+    assert find_network_file("stitch_network", tmp_path) == nested / "stitch_network.pth"
     assert C.load_network("stitch_network", tmp_path) is not None
 
 
@@ -150,7 +151,7 @@ def test_convert_weights_round_trip(tmp_path, official_ckpt_dir):
     index = json.loads((dst / "ditto_models.json").read_text())
     assert index["stitch_network.safetensors"]["ditto_network"] == "stitch_network"
     for name in ("stitch_network", "lmdm"):
-        assert C.find_network_file(name, dst).suffix == ".safetensors"
+        assert find_network_file(name, dst).suffix == ".safetensors"
         a = C.load_network(name, src).state_dict()
         b = C.load_network(name, dst).state_dict()
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -1,12 +1,7 @@
 """The FP8 error study must round the way a scaled FP8 GEMM does, or its numbers mean nothing."""
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-
-from fp8_error_budget import RoundedConv, _round_input, _round_weight  # noqa: E402
+from bench.fp8_error_budget import RoundedConv, _round_input, _round_weight
 
 
 def test_e4m3_rounding_keeps_three_mantissa_bits_within_each_scale():

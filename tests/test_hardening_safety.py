@@ -2,33 +2,27 @@
 ComfyUI's output folder, and a downloader that never leaves a bad or partial file behind.
 
 (Avatar-cache verification is covered by ``tests/test_registration_cache.py``; its
-reliability-marked tests are listed in the same README table.)
+reliability-marked tests are listed in the same table, docs/RELIABILITY.md.)
 """
 from __future__ import annotations
 
 import ast
-import hashlib
 import os
-import shutil
-import sys
-import types
-import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.comfy_stubs import REPO, load_pack
-from tests.official_config_support import official_shaped_config
 
 pack = load_pack()
 
 import folder_paths  # noqa: E402
-from ditto_core.audio.hubert_stub import write_stub_hubert  # noqa: E402
-from ditto_core.errors import CheckpointError, MissingModelError  # noqa: E402
-from ditto_core.models.official_config import CONFIG_DIR  # noqa: E402
+from ditto_core.errors import CheckpointError  # noqa: E402
+from ditto_core.model_files import CONFIG_DIR  # noqa: E402
 from ditto_core.render.rendered_frames import VideoFrames  # noqa: E402
-from comfyui_ditto_pack.nodes.download import download_missing  # noqa: E402
+from ditto_core.download import download_missing  # noqa: E402
+from tests.fake_hub import fake_hub, linked_networks  # noqa: E402,F401 (fixture)
 from comfyui_ditto_pack.nodes.output_nodes import output_file, save_mp4  # noqa: E402
 
 SCANNED = ("ditto_core", "nodes", "bench", "__init__.py")
@@ -185,136 +179,85 @@ def test_save_with_hostile_prefix_writes_only_inside(output_dir):
 # ------------------------------------------------------------------------------ downloader
 
 
-@pytest.fixture
-def hub(monkeypatch, official_ckpt_dir, tmp_path):
-    """A stand-in ``huggingface_hub``: it lists each file's true size and SHA-256, then serves the
-    file, or the file damaged by ``damage[name]`` (a function of the downloaded path)."""
-    served, damage = [], {}
-    originals = tmp_path / "hub"
-    originals.mkdir()
-
-    def original(name: str) -> Path:
-        path = originals / name
-        if path.exists():
-            return path
-        if name.endswith(".pth"):
-            path.symlink_to(Path(official_ckpt_dir) / name)
-        elif name.endswith(".onnx"):
-            write_stub_hubert(path)
-        elif name.endswith(".pkl"):
-            path.write_bytes(official_shaped_config())
-        else:
-            with zipfile.ZipFile(path, "w") as bundle:
-                bundle.writestr("face_landmarks_detector.tflite", bytes(range(256)) * 16)
-        return path
-
-    def get_hf_file_metadata(url: str):
-        data = original(Path(url).name).read_bytes()
-        return types.SimpleNamespace(size=len(data), etag=hashlib.sha256(data).hexdigest())
-
-    def hf_hub_download(repo_id, filename, local_dir):
-        name = Path(filename).name
-        served.append(name)
-        target = Path(local_dir) / filename
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(original(name), target)
-        if name in damage:
-            damage[name](target)
-        return str(target)
-
-    module = types.SimpleNamespace(hf_hub_download=hf_hub_download, get_hf_file_metadata=get_hf_file_metadata,
-                                   hf_hub_url=lambda repo_id, filename: f"https://hub/{repo_id}/{filename}")
-    monkeypatch.setitem(sys.modules, "huggingface_hub", module)
-    return served, damage
+def _truncate(data: bytes) -> bytes:
+    return data[: len(data) // 2]
 
 
-def _truncate(path: Path) -> None:
-    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+def _empty(data: bytes) -> bytes:
+    return b""
 
 
-def _empty(path: Path) -> None:
-    path.write_bytes(b"")
+def _flip_a_byte(data: bytes) -> bytes:
+    middle = len(data) // 2
+    return data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:]
 
 
-def _flip_a_byte(path: Path) -> None:
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    path.write_bytes(bytes(data))
-
-
-def _append_garbage(path: Path) -> None:
-    with open(path, "ab") as f:
-        f.write(b"\x00" * 100)
-
-
-def _connection_lost(path: Path) -> None:
-    raise ConnectionError("connection reset by peer")
+def _append_garbage(data: bytes) -> bytes:
+    return data + b"\x00" * 100
 
 
 @pytest.fixture
 def model_dir(tmp_path, official_ckpt_dir):
-    """Every network present but the stitching network and the decoder; no aux folder yet."""
-    root = tmp_path / "ditto"
-    root.mkdir()
-    for file in Path(official_ckpt_dir).glob("*.pth"):
-        if file.name not in ("stitch_network.pth", "decoder.pth"):
-            (root / file.name).symlink_to(file)
-    return root
+    """Every network present but the stitching network; no aux folder yet."""
+    return linked_networks(tmp_path / "ditto", official_ckpt_dir)
 
 
 def _debris(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.name.startswith("."))
 
 
-@pytest.mark.reliability(area="Safety", case="downloader served a truncated, empty, corrupted or interrupted file "
-                                              "(network .pth, face-model/HuBERT .onnx, MediaPipe .task, Ditto "
-                                              "config .pkl)",
+@pytest.mark.reliability(area="Safety", case="downloader served a truncated, empty or corrupted file (network .pth, "
+                                              "face-model/HuBERT .onnx, MediaPipe .task, Ditto config .pkl)",
                          behaviour="the file is refused with an error naming it; nothing is left at its target or "
-                                   "in staging; files verified before it are kept, and a retry completes the set")
-@pytest.mark.parametrize("file, damage, error", [
-    ("stitch_network.pth", _truncate, CheckpointError),
-    ("stitch_network.pth", _flip_a_byte, CheckpointError),  # same size, still loads: only the hash can tell
-    ("decoder.pth", _append_garbage, CheckpointError),
-    ("det_10g.onnx", _truncate, CheckpointError),
-    ("hubert_streaming_fix_kv.onnx", _empty, CheckpointError),
-    ("face_landmarker.task", _truncate, CheckpointError),
-    ("face_landmarker.task", _flip_a_byte, CheckpointError),
-    ("landmark203.onnx", _connection_lost, MissingModelError),
-    ("v0.4_hubert_cfg_pytorch.pkl", _truncate, CheckpointError),
+                                   "beside it; files verified before it are kept, and a retry completes the set")
+@pytest.mark.parametrize("file, damage", [
+    ("stitch_network.pth", _truncate),
+    ("stitch_network.pth", _flip_a_byte),  # same size, still loads: only the hash can tell
+    ("stitch_network.pth", _append_garbage),
+    ("det_10g.onnx", _truncate),
+    ("hubert_streaming_fix_kv.onnx", _empty),
+    ("face_landmarker.task", _truncate),
+    ("face_landmarker.task", _flip_a_byte),
+    ("v0.4_hubert_cfg_pytorch.pkl", _truncate),
 ])
-def test_bad_download_leaves_nothing_behind(hub, model_dir, file, damage, error):
-    served, damages = hub
+def test_bad_download_leaves_nothing_behind(fake_hub, model_dir, file, damage):
     aux_dir = model_dir / "aux_models"
-    damages[file] = damage
-    with pytest.raises(error, match=file.replace(".", r"\.")):
+    fake_hub.damage[file] = damage
+    with pytest.raises(CheckpointError, match=file.replace(".", r"\.")):
         download_missing(model_dir, aux_dir)
     folder = {".pth": model_dir, ".pkl": model_dir / CONFIG_DIR}.get(Path(file).suffix, aux_dir)
     assert not (folder / file).exists(), "a refused download was left at its target"
-    assert _debris(model_dir) == [], "staging or temporary files left behind"
+    assert _debris(model_dir) == [], "partial or temporary files left behind"
+    served = fake_hub.names_served()
     kept = [p for p in (*model_dir.glob("*.pth"), *aux_dir.glob("*"), *(model_dir / CONFIG_DIR).glob("*"))
             if not p.is_symlink()]
     assert all(p.name in served[:-1] for p in kept), "only files verified before the failure may stay"
 
-    damages.clear()
-    served.clear()
+    fake_hub.damage.clear()
+    fake_hub.served.clear()
     download_missing(model_dir, aux_dir)
+    served = fake_hub.names_served()
     assert file in served and [p.name for p in kept if p.name in served] == []  # kept files are not fetched again
     assert download_missing(model_dir, aux_dir) == [] and _debris(model_dir) == []
 
 
 @pytest.mark.reliability(area="Safety", case="a download in progress, seen from another process",
                          behaviour="the target never exists until the verified file is renamed into place")
-def test_download_target_appears_only_complete(hub, model_dir):
-    served, damages = hub
+def test_download_target_appears_only_complete(fake_hub, model_dir):
     aux_dir = model_dir / "aux_models"
     seen_early = []
 
-    def check_not_yet_visible(path: Path) -> None:
-        target = (model_dir if path.suffix == ".pth" else aux_dir) / path.name
-        seen_early.append(target.exists())
+    def check_not_yet_visible(name: str):
+        target = (model_dir if name.endswith(".pth") else aux_dir) / name
+
+        def serve(data: bytes) -> bytes:
+            seen_early.append(target.exists())
+            return data
+
+        return serve
 
     for name in ("stitch_network.pth", "det_10g.onnx", "face_landmarker.task"):
-        damages[name] = check_not_yet_visible
+        fake_hub.damage[name] = check_not_yet_visible(name)
     written = download_missing(model_dir, aux_dir)
     assert seen_early == [False, False, False]
     assert {p.name for p in written} >= {"stitch_network.pth", "det_10g.onnx", "face_landmarker.task"}

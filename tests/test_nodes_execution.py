@@ -17,7 +17,6 @@ import torch
 from torch import nn
 
 from tests.comfy_stubs import load_pack
-from tests.official_config_support import official_shaped_config
 
 pack = load_pack()
 
@@ -291,74 +290,3 @@ def test_unload_releases_the_model_set(handle):
     assert REGISTRY.is_loaded(handle)
     out = NODES["DittoUnloadModels"].execute(enabled=True, models=handle)
     assert out.ui == {"text": ["released 1 Ditto model set(s)"]} and not REGISTRY.is_loaded(handle)
-
-
-@pytest.fixture
-def fake_hub(monkeypatch, official_ckpt_dir):
-    """A stand-in ``huggingface_hub`` serving the seed-0 files (or junk for ``broken`` names)."""
-    import shutil
-    import sys
-    import types
-    import zipfile
-
-    served, broken = [], set()
-
-    def hf_hub_download(repo_id, filename, local_dir):
-        assert repo_id == "digital-avatar/ditto-talkinghead"
-        served.append(filename)
-        target = Path(local_dir) / filename
-        target.parent.mkdir(parents=True, exist_ok=True)
-        name = Path(filename).name
-        if name in broken:
-            target.write_bytes(b"truncated download")
-        elif name.endswith(".pth"):
-            shutil.copy(Path(official_ckpt_dir) / name, target)
-        elif name.endswith(".onnx"):
-            write_stub_hubert(target)  # any readable ONNX graph passes the download check
-        elif name.endswith(".pkl"):
-            target.write_bytes(official_shaped_config())
-        else:
-            with zipfile.ZipFile(target, "w") as bundle:  # a MediaPipe .task is a zip bundle
-                bundle.writestr("face_landmarks_detector.tflite", b"model")
-        return str(target)
-
-    def get_hf_file_metadata(url):  # size and hash unknown: only the by-kind verification runs
-        return types.SimpleNamespace(size=None, etag=None)
-
-    hub = types.SimpleNamespace(hf_hub_download=hf_hub_download, hf_hub_url=lambda repo_id, filename: filename,
-                                get_hf_file_metadata=get_hf_file_metadata)
-    monkeypatch.setitem(sys.modules, "huggingface_hub", hub)
-    return served, broken
-
-
-def test_download_verifies_and_never_leaves_partial_files(fake_hub, official_ckpt_dir, tmp_path):
-    from comfyui_ditto_pack.nodes.download import download_missing
-
-    served, broken = fake_hub
-    model_dir, aux_dir = tmp_path / "ditto", tmp_path / "ditto" / "aux_models"
-    model_dir.mkdir()
-    for file in Path(official_ckpt_dir).glob("*.pth"):
-        if file.name != "stitch_network.pth":
-            (model_dir / file.name).symlink_to(file)
-    broken.add("stitch_network.pth")
-    with pytest.raises(Exception, match="stitch_network.pth"):
-        download_missing(model_dir, aux_dir)
-    assert not (model_dir / "stitch_network.pth").exists()
-    assert [p.name for p in model_dir.iterdir() if p.name.startswith(".")] == []  # staging removed
-
-    broken.clear()
-    served.clear()
-    written = download_missing(model_dir, aux_dir)
-    assert served == ["ditto_pytorch/models/stitch_network.pth"]  # aux files arrived on the first attempt
-    assert written == [model_dir / "stitch_network.pth"] and (model_dir / "stitch_network.pth").stat().st_size > 0
-    assert download_missing(model_dir, aux_dir) == []
-
-
-def test_download_without_huggingface_hub_lists_what_to_fetch(monkeypatch, tmp_path):
-    import sys
-
-    from comfyui_ditto_pack.nodes.download import download_missing
-
-    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import fails
-    with pytest.raises(MissingModelError, match=r"(?s)pip install huggingface_hub.*ditto_pytorch/models/decoder\.pth"):
-        download_missing(tmp_path, tmp_path / "aux_models")

@@ -17,7 +17,7 @@ import comfy.utils  # noqa: E402
 import folder_paths  # noqa: E402
 from comfyui_ditto_pack.nodes.model_registry import ModelHandle, ModelRegistry  # noqa: E402
 from comfyui_ditto_pack.nodes.paths import (  # noqa: E402
-    aux_download_dir, model_folder_choices, register_model_folder, resolve_model_folder, safe_filename_prefix,
+    model_folder_choices, register_model_folder, resolve_model_folder, safe_filename_prefix,
 )
 from comfyui_ditto_pack.nodes.runtime import comfy_progress, staged_progress, timed_stage  # noqa: E402
 
@@ -130,9 +130,6 @@ def test_model_folders_are_listed_and_resolved(ditto_roots):
     assert resolve_model_folder("hf") == extra / "hf"
     assert resolve_model_folder("../../hf") == extra / "hf"
     assert resolve_model_folder("nowhere") == flat / "nowhere"  # named in the missing-files message
-    assert aux_download_dir(flat) == flat / "aux_models"
-    assert aux_download_dir(extra / "hf") == extra / "hf" / "ditto_pytorch" / "aux_models"
-    assert aux_download_dir(extra) == extra / "aux_models"
 
 
 def test_registry_builds_once_per_handle_and_releases():

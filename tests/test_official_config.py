@@ -29,12 +29,13 @@ from ditto_core.errors import CheckpointError, MissingModelError  # noqa: E402
 from ditto_core.models import ditto_models  # noqa: E402
 from ditto_core.models.ditto_models import load_ditto_models, random_ditto_models  # noqa: E402
 from ditto_core.models.official_config import (  # noqa: E402
-    CONFIG_DIR, CONFIG_FILE, OpaqueObject, blink_table, find_config, read_config,
+    CONFIG_DIR, CONFIG_FILE, OpaqueObject, blink_table, read_config,
 )
+from ditto_core.models.keypoints import EYE_KP  # noqa: E402
 from ditto_core.motion.blinks import blink_schedule  # noqa: E402
 from ditto_core.motion.motion_options import MotionOptions  # noqa: E402
-from ditto_core.motion.motion_stitch import EYE_KP  # noqa: E402
-from ditto_core.pipeline import DittoPipeline, check_model_files  # noqa: E402
+from ditto_core.model_files import check_model_files, find_config  # noqa: E402
+from ditto_core.pipeline import DittoPipeline  # noqa: E402
 from ditto_core.registration.aux_models import AuxModels  # noqa: E402
 from tests.test_conditions import random_source  # noqa: E402
 

@@ -12,7 +12,8 @@ import torch
 from ditto_core.errors import InputError
 from ditto_core.render import putback
 from ditto_core.render.feather_mask import feather_mask
-from ditto_core.render.putback import paste_back, paste_back_cv2, paste_bounds
+from ditto_core.render.putback import paste_back, paste_back_cv2
+from ditto_core.render.putback_geometry import paste_bounds
 from tests.parity import rel_l2
 
 # OpenCV 5 interpolates warpAffine at float precision; the reference ran OpenCV 4, whose

@@ -1,4 +1,4 @@
-"""The README's Reliability table is generated from the marked tests, and stays in step with them."""
+"""The Reliability table (docs/RELIABILITY.md) is generated from the marked tests, and stays in step with them."""
 from __future__ import annotations
 
 import ast
@@ -15,17 +15,17 @@ from tests import reliability_table as table
 def rows() -> list[table.Row]:
     """The marked tests as the generator sees them (collected by pytest in a separate process,
     so this session's imports and plugins cannot influence the result)."""
-    done = subprocess.run([sys.executable, "-m", "tests.reliability_table", "--json"], cwd=table.README.parent,
+    done = subprocess.run([sys.executable, "-m", "tests.reliability_table", "--json"], cwd=table.REPO,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     return [table.Row(**row) for row in json.loads(done.stdout)]
 
 
-def test_readme_block_matches_the_marked_tests(rows):
-    readme = table.README.read_text(encoding="utf-8")
-    assert table.current_block(readme) == table.block(rows), (
-        f"README.md's Reliability table is stale (a reliability-marked test was added, changed or removed); "
-        f"run `{table.COMMAND}` and commit README.md"
+def test_reliability_doc_matches_the_marked_tests(rows):
+    doc = table.TABLE_DOC.read_text(encoding="utf-8")
+    assert table.current_block(doc) == table.block(rows), (
+        f"docs/RELIABILITY.md's table is stale (a reliability-marked test was added, changed or removed); "
+        f"run `{table.COMMAND}` and commit docs/RELIABILITY.md"
     )
 
 
@@ -38,11 +38,11 @@ def _test_functions(tree: ast.Module) -> list[str]:
 
 
 def test_every_hardening_test_is_in_the_table(rows):
-    """A hardening test without a marker would silently drop out of the README."""
+    """A hardening test without a marker would silently drop out of the table."""
     marked = {row.test for row in rows}
     unmarked = []
     for path in sorted(table.TESTS_DIR.glob("test_hardening_*.py")):
-        relative = path.relative_to(table.README.parent).as_posix()
+        relative = path.relative_to(table.REPO).as_posix()
         names = _test_functions(ast.parse(path.read_text(encoding="utf-8")))
         unmarked += [f"{relative}::{name}" for name in names if f"{relative}::{name}" not in marked]
     assert not unmarked, f"hardening tests without @pytest.mark.reliability(area=, case=, behaviour=): {unmarked}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -103,9 +104,9 @@ def test_cli_killed_by_sigterm_mid_render_leaves_nothing(tmp_path):
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         shown = b""
-        while b"rendering 1/" not in shown:  # the first frames are in the writer: mid-render
-            chunk = os.read(child.stdout.fileno(), 256)
-            assert chunk, f"the render ended before it could be signalled: {child.stderr.read().decode()}"
+        while not re.search(rb"rendering \d+/", shown):  # the first frames are in the writer: mid-render
+            chunk = os.read(child.stderr.fileno(), 256)
+            assert chunk, f"the render ended before it could be signalled: {shown.decode()}"
             shown += chunk
         assert any(out_dir.iterdir()), "the partial MP4 should exist while the render runs"
         assert _work_folders(temp_dir), "the CLI's ditto_* work folder should exist while it renders"
@@ -131,8 +132,10 @@ def _work_folders(folder: Path) -> list[Path]:
 def test_cli_reaps_dead_renders_temporaries_in_its_output_folder(tmp_path, capsys):
     (tmp_path / "earlier.mp4").write_bytes(b"a finished video")
     stale = stale_temp(tmp_path, "clip.mp4")
+    (tmp_path / "face.png").write_bytes(b"inputs exist: the CLI gets past its argument checks")
+    (tmp_path / "speech.wav").write_bytes(b"")
     with LiveTemp(tmp_path / "other.mp4") as live:
-        code = main(["render", "--image", str(tmp_path / "none.png"), "--audio", str(tmp_path / "none.wav"),
+        code = main(["render", "--image", str(tmp_path / "face.png"), "--audio", str(tmp_path / "speech.wav"),
                      "--out", str(tmp_path / "clip.mp4"), "--models", str(tmp_path / "no_models")])
         assert code == 2  # no models: fails after the clean-up, before any rendering
         assert not stale.exists() and live.path.exists() and (tmp_path / "earlier.mp4").exists()

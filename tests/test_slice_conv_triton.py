@@ -15,7 +15,7 @@ INTERPRETED = """
     import json
     import torch
     import torch.nn.functional as F
-    from bench_mask_conv import CANDIDATE_TILES
+    from bench.bench_mask_conv import CANDIDATE_TILES
     from ditto_core.models.depth_tap_conv import DepthTapConv3d
     from ditto_core.models.slice_conv_triton import CONFIGS, slice_conv_nhwc, tile_config
 

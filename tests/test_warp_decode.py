@@ -8,6 +8,7 @@ volume, so a frame rendered out of order, from the wrong source or from padding 
 from __future__ import annotations
 
 import logging
+import threading
 
 import pytest
 import torch
@@ -481,3 +482,127 @@ def test_half_precision_error_vs_fp32(official_ckpt_dir, gpu_networks, load_case
     record_property(f"rel_l2_{str(dtype).removeprefix('torch.')}", error)
     print(f"{dtype} warp+decode vs fp32: rel-L2 {error:.2e}")
     assert half.dtype == dtype and error < bound
+
+
+@pytest.mark.gpu
+def test_background_warmup_on_cuda_while_this_thread_captures_a_graph(gpu_networks, tmp_path, monkeypatch):
+    """The real thing: Inductor compiles in the warm-up thread while this thread renders eagerly
+    and records a CUDA graph (as the LMDM sampler does during the motion stage); both paths give
+    the same frames."""
+    warp, decoder = gpu_networks["warp_network"], gpu_networks["decoder"]
+    generator = torch.Generator().manual_seed(5)
+    source = make_source(torch.randn(1, 32, 16, 64, 64, generator=generator)).to("cuda")
+    kp = torch.randn(1, NUM_KP, 3, generator=generator) * 0.3
+    motion = MotionSequence(kp_source=kp.expand(6, -1, -1).cuda(),
+                            kp_driving=(kp + 0.02 * torch.randn(6, NUM_KP, 3, generator=generator)).cuda(),
+                            source_index=torch.zeros(6, dtype=torch.int64, device="cuda"))
+    eager = WarpDecodeEngine(warp, decoder, batch_size=4, compile=False).render(source, motion).images
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    engine = WarpDecodeEngine(warp, decoder, batch_size=4, cache_dir=tmp_path, warmup="background")
+    engine.start_warmup()
+    warm = engine._warmups[(True, 4)]
+    x = torch.randn(64, 64, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        y = (x @ x).relu() @ x
+    graph.replay()
+    assert rel_l2(y, (x @ x).relu() @ x) < 1e-5
+    got = engine.render(source, motion).images
+    assert rel_l2(got, eager) < 1e-4
+    assert warm.ready.wait(timeout=600) and warm.error is None
+    got = engine.render(source, motion).images
+    assert engine.stats.graph_batches >= 1 and rel_l2(got, eager) < 1e-4
+    print(f"background warm-up {engine.stats.compile_seconds:.1f} s; eager {engine.stats.eager_batches} batches, "
+          f"graph {engine.stats.graph_batches}")
+
+
+# ------------------------------------------------------------------------- background warm-up
+
+
+@pytest.fixture
+def gated_compile(monkeypatch):
+    """``torch.compile`` for the background mode, whose compiled function waits on ``gate``
+    before its first call returns (a compile in progress) and counts the calls it serves."""
+    gate, calls = threading.Event(), []
+
+    def compile_(fn, **kwargs):
+        assert kwargs == {"mode": "default", "dynamic": False}
+
+        def compiled(*args):
+            gate.wait(timeout=30)
+            calls.append(threading.current_thread().name)
+            return fn(*args)
+
+        return compiled
+
+    monkeypatch.setattr(warp_decode, "compile_available", lambda device: (True, ""))
+    monkeypatch.setattr(torch, "compile", compile_)
+    monkeypatch.setattr(warp_decode, "use_compile_cache", lambda cache_dir=None: None)
+    return gate, calls
+
+
+def test_background_warmup_renders_eagerly_until_the_graph_is_ready(gated_compile):
+    gate, calls = gated_compile
+    warp, decoder = toy_networks()
+    source, motion = make_source(volumes(1)), make_motion(9)
+    expected = unfused(warp, decoder, source, motion)
+    engine = WarpDecodeEngine(warp, decoder, batch_size=4, first_batch=2, warmup="background")
+    engine.start_warmup(volume_shape=tuple(source.f_s.shape[1:]))
+    # The compile is still running: the whole clip comes from eager code, nothing waited for it.
+    got = engine.render(source, motion).images
+    assert rel_l2(got, expected) < 1e-6
+    assert engine.stats.graph_batches == 0 and engine.stats.eager_batches == 3 and not calls
+    gate.set()
+    engine._warmups[(True, 4)].ready.wait(timeout=30)
+    assert calls == ["ditto-engine-warmup"]  # the warm-up ran the graph once, in its own thread
+    got = engine.render(source, motion).images
+    assert rel_l2(got, expected) < 1e-6
+    # Now the ramp batch is eager and the two full batches go through the graph, in this thread.
+    assert engine.stats.graph_batches == 2 and calls[1:] == [threading.current_thread().name] * 2
+    engine.start_warmup(volume_shape=tuple(source.f_s.shape[1:]))  # idempotent: no second compile
+    assert len(engine._warmups) == 1
+
+
+def test_background_warmup_of_a_video_source_is_its_own_graph(gated_compile):
+    gate, calls = gated_compile
+    gate.set()
+    warp, decoder = toy_networks()
+    source = make_source(volumes(2))
+    motion = make_motion(5, source_index=torch.tensor([0, 1, 1, 0, 1]))
+    engine = WarpDecodeEngine(warp, decoder, batch_size=4, first_batch=0, warmup="background")
+    engine.render(source, motion)  # starts the per-frame-volume compile on first need
+    engine._warmups[(False, 4)].ready.wait(timeout=30)
+    before = engine.stats.graph_batches
+    got = engine.render(source, motion).images
+    assert rel_l2(got, unfused(warp, decoder, source, motion)) < 1e-6
+    assert (True, 4) not in engine._warmups and engine.stats.graph_batches - before == 2
+
+
+def test_background_compile_failure_falls_back_to_eager_and_says_why(monkeypatch, caplog):
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    def failing_compile(fn, **kwargs):
+        def call(*args):
+            raise BackendCompilerFailed(failing_compile, RuntimeError("no C++ compiler"), None)
+
+        return call
+
+    monkeypatch.setattr(warp_decode, "compile_available", lambda device: (True, ""))
+    monkeypatch.setattr(warp_decode, "use_compile_cache", lambda cache_dir=None: None)
+    monkeypatch.setattr(torch, "compile", failing_compile)
+    monkeypatch.setattr(compilation, "_announced", set())
+    warp, decoder = toy_networks()
+    source, motion = make_source(volumes(1)), make_motion(6)
+    engine = WarpDecodeEngine(warp, decoder, batch_size=2, warmup="background")
+    engine.start_warmup(volume_shape=tuple(source.f_s.shape[1:]))
+    engine._warmups[(True, 2)].ready.wait(timeout=30)
+    with caplog.at_level(logging.WARNING, logger=warp_decode.__name__):
+        got = engine.render(source, motion).images
+    assert rel_l2(got, unfused(warp, decoder, source, motion)) < 1e-6
+    assert not engine.stats.compiled and "no C++ compiler" in engine.stats.reason_eager
+    assert sum("no C++ compiler" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_unknown_warmup_mode_is_refused():
+    with pytest.raises(InputError, match="warmup must be one of foreground, background"):
+        WarpDecodeEngine(*toy_networks(), warmup="lazy")

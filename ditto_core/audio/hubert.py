@@ -12,6 +12,15 @@ stream of our own that is ordered with the caller's, so no sample or row crosses
 (onnxruntime may still wait on that stream inside each ``run`` call: its API offers no way
 around it). Without that provider (the plain ``onnxruntime`` wheel) it runs on the CPU and the
 features are moved to the requested device once at the end.
+
+The PyTorch backend instead reads the graph's weights into our own :class:`~ditto_core.models.
+hubert.Hubert` (:mod:`ditto_core.models.hubert_onnx_weights`, no onnxruntime involved) and
+encodes all windows of a clip in batched forwards of at most ``max_batch_windows`` windows, so
+memory stays bounded however long the clip. ``backend="auto"`` picks it whenever the file maps
+onto the module -- on the CPU too, where the batched module measured faster than onnxruntime
+for HuBERT-large (docs/HUBERT.md has the numbers) -- and onnxruntime otherwise (logged once per
+file at INFO level: the result is the same, only slower; the smoke mode's stand-in model is
+not a HuBERT and takes that path on purpose).
 """
 from __future__ import annotations
 
@@ -26,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import CheckpointError, InputError, MissingModelError
+from ..model_files import HF_AUX_FOLDER, HF_REPO, HUBERT_ONNX_NAME, aux_dirs, find_hubert
 from ..progress import ProgressCallback, report
 from .audio_features import SAMPLE_RATE, AudioFeatures
 from .chunking import HUBERT_ROWS_PER_FRAME, StreamingWindow, num_video_frames
@@ -33,19 +43,31 @@ from .validation import require_finite, require_float_waveform, warn_on_level
 
 logger = logging.getLogger(__name__)
 
-HUBERT_ONNX_NAME = "hubert_streaming_fix_kv.onnx"
 HUBERT_DIM = 1024
 # One window's worth of valid frames (5 x 40 ms). The reference would animate even 1 sample,
 # but a clip this short is nearly always a bad trim or the wrong input, and padding it
 # ourselves would silently change the video's length: we refuse it and say how to pad.
 MIN_DURATION_S = 0.2
 _DOWNLOAD_HINT = (
-    "download ditto_pytorch/aux_models/hubert_streaming_fix_kv.onnx from "
-    "https://huggingface.co/digital-avatar/ditto-talkinghead into models/ditto/aux_models/"
+    f"download {HF_AUX_FOLDER}/{HUBERT_ONNX_NAME} from https://huggingface.co/{HF_REPO} into "
+    f"models/ditto/aux_models/ (or run `python -m ditto_core download`)"
 )
 
 Runner = Callable[[Tensor], Tensor]
-"""Runs the ONNX graph on one window ``(1, samples)`` float32 and returns its rows."""
+"""Runs HuBERT on windows ``(n, samples)`` float32 and returns their rows ``(n, rows, 1024)``."""
+
+BACKENDS = ("auto", "torch", "onnxruntime")
+PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# Measured (docs/HUBERT.md): batched windows in PyTorch beat onnxruntime's one window per call
+# on the CPU for full-width HuBERTs (onnxruntime wins only for toy sizes).
+AUTO_BACKEND_ON_CPU = "torch"
+# fp16 features are within 2e-3 rel-L2 of fp32 ones (docs/HUBERT.md; bf16: 1.5e-2), the error
+# the half-precision render networks already make; layer norms and softmax run in fp32.
+DEFAULT_CUDA_PRECISION = "fp16"
+# Windows per batched forward: bounds activation memory whatever the clip length (HuBERT-large
+# peaks at the first conv layer, roughly 8 MB a window in fp16, twice that in fp32).
+DEFAULT_MAX_BATCH_WINDOWS = {"cuda": 128, "cpu": 16}
+_FALLBACK_ANNOUNCED: set[str] = set()  # files whose onnxruntime fallback was logged already
 
 
 class _CpuRunner:
@@ -58,7 +80,7 @@ class _CpuRunner:
 
     def __call__(self, window: Tensor) -> Tensor:
         (rows,) = self._session.run([self._output], {self._input: window.numpy()})
-        return torch.from_numpy(rows)
+        return _with_batch_axis(torch.from_numpy(rows))
 
 
 class _CudaRunner:
@@ -96,7 +118,49 @@ class _CudaRunner:
             self._rows = torch.empty(shape, dtype=torch.float32, device=self._device)
             self._bind(self._output, self._rows, output=True)
         self._session.run_with_iobinding(self._binding, self._run_options)
-        return self._rows
+        return _with_batch_axis(self._rows)
+
+
+def _with_batch_axis(rows: Tensor) -> Tensor:
+    """The official export drops the batch axis: ``(rows, 1024)`` -> ``(1, rows, 1024)``."""
+    return rows if rows.dim() == 3 else rows.unsqueeze(0)
+
+
+class _TorchRunner:
+    """Our :class:`~ditto_core.models.hubert.Hubert` on a batch of windows; rows in float32.
+
+    In fp32 the products run without TF32 (cuDNN would otherwise use it for the convolutions
+    by default), so the rows match onnxruntime's fp32 ones; the process-wide flags are put back.
+    In fp16 a batch whose rows overflow (a weight set whose activations exceed fp16's range)
+    switches the module to fp32 for good, with a warning, and is computed again.
+    """
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @torch.inference_mode()
+    def __call__(self, windows: Tensor) -> Tensor:
+        if self.dtype == torch.float32:
+            return self._fp32(windows)
+        rows = self.model(windows).float()
+        if self.dtype == torch.float16 and not bool(torch.isfinite(rows).all()):
+            logger.warning("HuBERT overflowed in fp16 on this speech; it runs in fp32 from now on "
+                           "(precision='fp32' avoids the retry).")
+            self.model.float()
+            return self._fp32(windows)
+        return rows
+
+    def _fp32(self, windows: Tensor) -> Tensor:
+        matmul, conv = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        try:
+            return self.model(windows)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, conv
 
 
 def _open_session(path: Path, stream: Optional[torch.cuda.Stream]):
@@ -139,9 +203,19 @@ class HubertFeatureExtractor:
 
     Args:
         model_path: ``hubert_streaming_fix_kv.onnx``.
-        device: where features are returned; on ``cuda`` HuBERT runs on the GPU when
-            onnxruntime has its CUDA provider (``onnxruntime-gpu``), else on the CPU.
+        device: where features are returned and HuBERT runs (onnxruntime runs on the GPU only
+            with its CUDA provider, ``onnxruntime-gpu``; else on the CPU).
         window: streaming window layout; the default is the one the LMDM was trained with.
+        backend: ``"torch"`` (our module, weights read from the file), ``"onnxruntime"``, or
+            ``"auto"``: PyTorch when the file maps onto the module, onnxruntime otherwise.
+        precision: the PyTorch backend's dtype, ``"fp32"``, ``"fp16"`` or ``"bf16"``; None:
+            fp16 on CUDA, fp32 on the CPU. onnxruntime always computes in fp32.
+        max_batch_windows: windows per batched forward of the PyTorch backend (memory bound);
+            None: 128 on CUDA, 16 on the CPU.
+
+    Attributes:
+        backend: ``"torch"`` or ``"onnxruntime"``, what ``"auto"`` resolved to.
+        execution_provider: onnxruntime's provider, or ``"torch-cuda"`` / ``"torch-cpu"``.
     """
 
     def __init__(
@@ -149,10 +223,19 @@ class HubertFeatureExtractor:
         model_path: Union[str, os.PathLike],
         device: Union[str, torch.device] = "cpu",
         window: StreamingWindow = StreamingWindow(),
+        backend: str = "auto",
+        precision: Optional[str] = None,
+        max_batch_windows: Optional[int] = None,
     ) -> None:
-        import onnxruntime as ort
-
         path = Path(model_path)
+        if backend not in BACKENDS:
+            raise InputError(f"HuBERT backend {backend!r} is unknown; choose one of {', '.join(BACKENDS)}.")
+        if precision is not None and precision not in PRECISIONS:
+            raise InputError(f"HuBERT precision {precision!r} is unknown; choose one of {', '.join(PRECISIONS)}.")
+        if precision not in (None, "fp32") and backend == "onnxruntime":
+            raise InputError(f"HuBERT precision {precision!r} needs backend 'torch' (onnxruntime computes in fp32).")
+        if max_batch_windows is not None and max_batch_windows < 1:
+            raise InputError(f"max_batch_windows must be at least 1, got {max_batch_windows}.")
         if not path.is_file():
             raise MissingModelError(f"HuBERT model not found at {str(path)!r}; {_DOWNLOAD_HINT}.")
         self.device = torch.device(device)
@@ -162,14 +245,51 @@ class HubertFeatureExtractor:
             index = torch.cuda.current_device() if self.device.index is None else self.device.index
             self.device = torch.device("cuda", index)
         self.window = window
+        self.max_batch_windows = 1
+        if backend == "auto":
+            backend = "torch" if self.device.type == "cuda" else AUTO_BACKEND_ON_CPU
+            explicit = False
+        else:
+            explicit = True
+        if backend == "torch":
+            try:
+                self._init_torch(path, precision, max_batch_windows)
+                return
+            except CheckpointError as err:
+                if explicit:
+                    raise
+                if str(path.resolve()) not in _FALLBACK_ANNOUNCED:
+                    _FALLBACK_ANNOUNCED.add(str(path.resolve()))
+                    logger.info("HuBERT runs on onnxruntime: %s", err)
+        self._init_onnxruntime(path)
+
+    def _init_torch(self, path: Path, precision: Optional[str], max_batch_windows: Optional[int]) -> None:
+        from ..models.hubert_onnx_weights import load_hubert_onnx
+        from ..user_cache import user_cache_dir
+
+        precision = precision or (DEFAULT_CUDA_PRECISION if self.device.type == "cuda" else "fp32")
+        model = load_hubert_onnx(path, self.device, PRECISIONS[precision], cache_dir=user_cache_dir("hubert"))
+        if model.config.hidden_size != HUBERT_DIM:
+            raise CheckpointError(f"{str(path)!r} is a HuBERT {model.config.hidden_size} wide; Ditto's is "
+                                  f"{HUBERT_DIM} wide. {_DOWNLOAD_HINT}.")
+        self.backend = "torch"
+        self.execution_provider = f"torch-{self.device.type}"
+        self.max_batch_windows = max_batch_windows or DEFAULT_MAX_BATCH_WINDOWS[self.device.type]
+        self._stream, self._compute_device = None, self.device
+        self._runner: Runner = _TorchRunner(model)
+
+    def _init_onnxruntime(self, path: Path) -> None:
+        import onnxruntime as ort
+
+        self.backend = "onnxruntime"
         wants_cuda = self.device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers()
         stream = torch.cuda.Stream(self.device) if wants_cuda else None
         session = _open_session(path, stream)
-        _check_signature(session, path, window)
+        _check_signature(session, path, self.window)
         self.execution_provider: str = session.get_providers()[0]
         if self.execution_provider == "CUDAExecutionProvider":
             self._stream, self._compute_device = stream, self.device
-            self._runner: Runner = _CudaRunner(session, self.device)
+            self._runner = _CudaRunner(session, self.device)
         else:
             if self.device.type == "cuda":
                 logger.warning(
@@ -179,16 +299,27 @@ class HubertFeatureExtractor:
             self._stream, self._compute_device = None, torch.device("cpu")
             self._runner = _CpuRunner(session)
 
+    @property
+    def model(self):
+        """The PyTorch module of the torch backend (None on onnxruntime)."""
+        return getattr(self._runner, "model", None)
+
+    @property
+    def precision(self) -> str:
+        """The dtype HuBERT computes in: the torch module's, ``"fp32"`` on onnxruntime."""
+        if self.model is None:
+            return "fp32"
+        return next(name for name, dtype in PRECISIONS.items() if dtype == self._runner.dtype)
+
     @classmethod
     def from_model_dir(
         cls, model_dir: Union[str, os.PathLike], device: Union[str, torch.device] = "cpu"
     ) -> "HubertFeatureExtractor":
-        """Find the model in ``<model_dir>/aux_models/`` (official layout) or ``<model_dir>/``."""
-        candidates = [Path(model_dir) / "aux_models" / HUBERT_ONNX_NAME, Path(model_dir) / HUBERT_ONNX_NAME]
-        for candidate in candidates:
-            if candidate.is_file():
-                return cls(candidate, device)
-        looked = ", ".join(repr(str(c)) for c in candidates)
+        """Find the model in ``<model_dir>`` or its aux folders (:func:`~ditto_core.model_files.aux_dirs`)."""
+        path = find_hubert(model_dir)
+        if path is not None:
+            return cls(path, device)
+        looked = ", ".join(repr(str(folder / HUBERT_ONNX_NAME)) for folder in aux_dirs(model_dir))
         raise MissingModelError(f"{HUBERT_ONNX_NAME} not found (looked at {looked}); {_DOWNLOAD_HINT}.")
 
     def __call__(
@@ -203,8 +334,8 @@ class HubertFeatureExtractor:
             audio_16k: float ``(samples,)`` in [-1, 1], at least 0.2 s, any device
                 (:func:`~ditto_core.audio.to_mono_16k` makes one from any waveform).
             sample_rate: the rate of ``audio_16k``; anything but 16000 is refused.
-            progress: called ``(windows_done, windows_total)`` after each window; may raise
-                to cancel.
+            progress: called ``(windows_done, windows_total)`` after each window
+                (onnxruntime) or batch of windows (PyTorch); may raise to cancel.
 
         Returns:
             :class:`AudioFeatures` whose ``features`` are float32 ``(num_frames, 1024)`` on
@@ -250,22 +381,28 @@ class HubertFeatureExtractor:
         starts = window.starts(num_frames)
         padded = F.pad(audio, (window.pad_before, window.pad_after))
         features = torch.empty(len(starts) * window.valid, HUBERT_DIM, device=audio.device)
-        for k, start in enumerate(starts):
-            rows = self._window_rows(padded[start : start + window.num_samples].view(1, -1))
-            pairs = rows.view(window.valid, HUBERT_ROWS_PER_FRAME, HUBERT_DIM)
-            torch.mean(pairs, dim=1, out=features[k * window.valid : (k + 1) * window.valid])
-            report(progress, k + 1, len(starts))
+        offsets = torch.arange(window.num_samples, device=audio.device)
+        for first in range(0, len(starts), self.max_batch_windows):
+            group = starts[first : first + self.max_batch_windows]
+            if len(group) == 1:  # a view: onnxruntime reads the samples in place
+                windows = padded[group[0] : group[0] + window.num_samples].view(1, -1)
+            else:
+                windows = padded[torch.tensor(group, device=audio.device)[:, None] + offsets]
+            rows = self._window_rows(windows)
+            pairs = rows.reshape(len(group) * window.valid, HUBERT_ROWS_PER_FRAME, HUBERT_DIM)
+            torch.mean(pairs, dim=1, out=features[first * window.valid : (first + len(group)) * window.valid])
+            report(progress, first + len(group), len(starts))
         return features[:num_frames]
 
-    def _window_rows(self, samples: Tensor) -> Tensor:
-        """HuBERT rows of the valid frames of one window: ``(2 * valid, 1024)``."""
-        rows = self._runner(samples)
-        if rows.dim() == 3 and rows.shape[0] == 1:  # exports that keep the batch axis
-            rows = rows[0]
+    def _window_rows(self, windows: Tensor) -> Tensor:
+        """HuBERT rows of the valid frames of each window: ``(n, 2 * valid, 1024)``."""
+        rows = self._runner(windows)
         needed = HUBERT_ROWS_PER_FRAME * (self.window.valid + self.window.future)
-        if rows.dim() != 2 or rows.shape[1] != HUBERT_DIM or rows.shape[0] < needed:
+        batch_ok = rows.dim() == 3 and rows.shape[0] == windows.shape[0]
+        if not batch_ok or rows.shape[2] != HUBERT_DIM or rows.shape[1] < needed:
+            shape = tuple(rows.shape[1:]) if rows.dim() == 3 else tuple(rows.shape)
             raise CheckpointError(
-                f"the HuBERT model returned rows of shape {tuple(rows.shape)} for a window of "
-                f"{samples.shape[1]} samples; Ditto's model gives (20, {HUBERT_DIM}). {_DOWNLOAD_HINT}."
+                f"the HuBERT model returned rows of shape {shape} for a window of "
+                f"{windows.shape[1]} samples; Ditto's model gives (20, {HUBERT_DIM}). {_DOWNLOAD_HINT}."
             )
-        return rows[self.window.kept_rows(rows.shape[0])]
+        return rows[:, self.window.kept_rows(rows.shape[1])]

@@ -2,10 +2,9 @@
 
 Resampling uses the SoX resampler (``soxr``, "HQ" quality), the very filter the reference
 reaches through ``librosa.load(path, sr=16000)``: 16 kHz speech from here is sample-for-sample
-what Ditto was trained and evaluated on (checked against librosa in the tests). Measured here:
-flat within 0.01 dB up to 7.3 kHz, a 12 kHz tone (which would alias onto 4 kHz) suppressed
-by more than 130 dB from 44.1 and 48 kHz, 10 minutes of 48 kHz audio resampled in 1.4 s on a
-2-core VM. Resampling happens once per clip, so the one host copy of a CUDA waveform costs
+what Ditto was trained and evaluated on (checked against librosa in the tests, which also hold
+its pass band flat and its aliasing down; its speed is in docs/PERFORMANCE.md). Resampling
+happens once per clip, so the one host copy of a CUDA waveform costs
 nothing that matters; a torch-native polyphase filter would have to reproduce soxr's design
 to keep parity and would buy no measurable speed.
 """

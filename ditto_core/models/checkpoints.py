@@ -15,15 +15,16 @@ import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 from torch import Tensor, nn
 
 from ..atomic_files import atomic_write, file_sha256, folder_lock, reap_stale_temporaries
 from ..errors import CheckpointError, MissingModelError
-
-HF_REPO = "digital-avatar/ditto-talkinghead"
+from ..model_files import (
+    HF_NETWORK_FOLDER, HF_REPO, NETWORK_STEMS, find_network_file, missing_networks_message,
+)
 FORMAT_VERSION = "1"
 StateDict = dict[str, Tensor]
 
@@ -48,7 +49,7 @@ def _entry(obj: Any, key: str, path: Path) -> Any:
         found = ", ".join(map(str, list(obj)[:5])) if isinstance(obj, Mapping) else type(obj).__name__
         raise CheckpointError(
             f"{path} is not the expected Ditto checkpoint: it has no '{key}' entry (found: {found}). "
-            f"Re-download {path.name} from HuggingFace {HF_REPO} (ditto_pytorch/models/)."
+            f"Re-download {path.name} from HuggingFace {HF_REPO} ({HF_NETWORK_FOLDER}/)."
         )
     return obj[key]
 
@@ -76,9 +77,13 @@ class NetworkSpec:
     """How one official file becomes one module."""
 
     name: str  # our name for the network (also the DittoModels attribute)
-    stem: str  # official file name without extension
     unwrap: Callable[[Any, Path], Any]  # container -> the state dict the module loads
     build: Callable[[StateDict], nn.Module]
+
+    @property
+    def stem(self) -> str:
+        """Official file name without extension (see :data:`~ditto_core.model_files.NETWORK_STEMS`)."""
+        return NETWORK_STEMS[self.name]
 
     @property
     def official_file(self) -> str:
@@ -88,48 +93,20 @@ class NetworkSpec:
 NETWORKS: dict[str, NetworkSpec] = {
     spec.name: spec
     for spec in (
-        NetworkSpec("appearance_extractor", "appearance_extractor", _bare,
-                    _builder("appearance_extractor", "AppearanceFeatureExtractor")),
-        NetworkSpec("motion_extractor", "motion_extractor", _bare, _builder("motion_extractor", "MotionExtractor")),
-        NetworkSpec("warp_network", "warp_network", _bare, _builder("warp_network", "WarpingNetwork")),
-        NetworkSpec("decoder", "decoder", _bare, _builder("decoder", "SPADEDecoder")),
-        NetworkSpec("stitch_network", "stitch_network", _stitch, _builder("stitch_network", "StitchingNetwork")),
-        NetworkSpec("lmdm", "lmdm_v0.4_hubert", _lmdm, _build_lmdm),
+        NetworkSpec("appearance_extractor", _bare, _builder("appearance_extractor", "AppearanceFeatureExtractor")),
+        NetworkSpec("motion_extractor", _bare, _builder("motion_extractor", "MotionExtractor")),
+        NetworkSpec("warp_network", _bare, _builder("warp_network", "WarpingNetwork")),
+        NetworkSpec("decoder", _bare, _builder("decoder", "SPADEDecoder")),
+        NetworkSpec("stitch_network", _stitch, _builder("stitch_network", "StitchingNetwork")),
+        NetworkSpec("lmdm", _lmdm, _build_lmdm),
     )
 }
-
-
-def candidate_dirs(model_dir: Path) -> list[Path]:
-    """Where official files may sit under a models folder: flat, or the HuggingFace layout."""
-    model_dir = Path(model_dir)
-    return [model_dir, model_dir / "models", model_dir / "ditto_pytorch" / "models"]
-
-
-def find_network_file(name: str, model_dir: Path) -> Optional[Path]:
-    """The file for network ``name`` under ``model_dir``; ``.safetensors`` wins over ``.pth``."""
-    spec = NETWORKS[name]
-    for folder in candidate_dirs(model_dir):
-        for suffix in (".safetensors", ".pth"):
-            path = folder / f"{spec.stem}{suffix}"
-            if path.is_file():
-                return path
-    return None
-
-
-def missing_files_message(names: Iterable[str], model_dir: Path) -> str:
-    files = ", ".join(NETWORKS[n].official_file for n in names)
-    return (
-        f"Missing Ditto model file(s): {files}. Looked in {Path(model_dir).resolve()} "
-        f"(and its models/ and ditto_pytorch/models/ subfolders). Download them from HuggingFace "
-        f"{HF_REPO} (folder ditto_pytorch/models/) and put them in that folder; inside ComfyUI "
-        f"this is ComfyUI/models/ditto/."
-    )
 
 
 def read_checkpoint(path: Path) -> Any:
     """Read a ``.pth`` (``weights_only=True``, never arbitrary unpickling) or ``.safetensors`` file."""
     path = Path(path)
-    hint = f"Re-download {path.name} from HuggingFace {HF_REPO} (ditto_pytorch/models/) or re-run convert-weights."
+    hint = f"Re-download {path.name} from HuggingFace {HF_REPO} ({HF_NETWORK_FOLDER}/) or re-run convert-weights."
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
@@ -215,16 +192,47 @@ def load_state(name: str, path: Path) -> StateDict:
     return _float32_state(spec.unwrap(raw, path), path)
 
 
-def build_network(name: str, state: StateDict, path: Path) -> nn.Module:
-    """Build network ``name``, load ``state`` strictly and apply the exact inference rewrites."""
-    module = NETWORKS[name].build(state)
+def build_network(name: str, state: StateDict, path: Path, device: torch.device | str = "cpu") -> nn.Module:
+    """Build network ``name`` on ``device``, load ``state`` strictly and apply the exact inference rewrites.
+
+    The module is built on the meta device and takes the checkpoint's tensors, moved to
+    ``device``, as its own (``assign``): a normal build would draw a random initialisation for
+    every weight only to overwrite it. The rewrites (folding BatchNorms and spectral norms in
+    float64) then run where the weights are, on the GPU when that is the target.
+    """
+    with torch.device("meta"):
+        module = NETWORKS[name].build(state)
     check_state_dict(module, state, path, name)
-    module.load_state_dict(state, strict=True)
+    # Copies: the rewrites below edit weights in place, and the caller's state must stay as read.
+    module.load_state_dict({k: v.to(device, copy=True) for k, v in state.items()}, strict=True, assign=True)
+    _init_non_persistent_buffers(module, name, torch.device(device))
     module.eval().requires_grad_(False)
     prepare = getattr(module, "prepare_for_inference", None)
     if callable(prepare):
         prepare()
     return module
+
+
+def _init_non_persistent_buffers(module: nn.Module, name: str, device: torch.device) -> None:
+    """Compute the buffers a checkpoint does not carry, which the meta build left empty.
+
+    A submodule holding such a buffer provides ``init_non_persistent_buffers()``; any other
+    tensor still on the meta device is a bug in the network's definition, reported as such.
+    """
+    for owner in module.modules():
+        own = [t for t in owner.buffers(recurse=False) if t.is_meta]
+        if own:
+            init = getattr(owner, "init_non_persistent_buffers", None)
+            if init is None:
+                raise RuntimeError(
+                    f"{type(owner).__name__} in the {name} network has a buffer no checkpoint fills and no "
+                    "init_non_persistent_buffers() to compute it"
+                )
+            init()
+            owner.to(device)  # init() computes on the CPU; only that submodule's own tensors move
+    left = [n for n, t in [*module.named_parameters(), *module.named_buffers()] if t.is_meta]
+    if left:
+        raise RuntimeError(f"the {name} network still has uninitialised tensors after loading: {left[:3]}")
 
 
 def load_network(
@@ -235,8 +243,8 @@ def load_network(
         raise KeyError(f"unknown network '{name}'; expected one of {sorted(NETWORKS)}")
     path = find_network_file(name, Path(model_dir))
     if path is None:
-        raise MissingModelError(missing_files_message([name], Path(model_dir)))
-    return build_network(name, load_state(name, path), path).to(device=device, dtype=dtype)
+        raise MissingModelError(missing_networks_message([name], Path(model_dir)))
+    return build_network(name, load_state(name, path), path, device).to(dtype=dtype)
 
 
 def file_identity(path: Path) -> str:
@@ -265,10 +273,10 @@ def convert_weights(src: Path | str, dst: Path | str) -> list[Path]:
     files beside it. Returns the written paths.
     """
     src, dst = Path(src), Path(dst)
-    found = {name: _find_pth(name, src) for name in NETWORKS}
+    found = {name: find_network_file(name, src, suffixes=(".pth",)) for name in NETWORKS}
     found = {name: path for name, path in found.items() if path is not None}
     if not found:
-        raise MissingModelError(missing_files_message(NETWORKS, src))
+        raise MissingModelError(missing_networks_message(NETWORKS, src))
     dst.mkdir(parents=True, exist_ok=True)
     with folder_lock(dst):
         reap_stale_temporaries(dst)  # what a conversion killed outright left
@@ -293,10 +301,3 @@ def _convert_locked(found: dict[str, Path], dst: Path) -> list[Path]:
     atomic_write(dst / "ditto_models.json", lambda tmp: tmp.write_text(json.dumps(index, indent=2)))
     return written
 
-
-def _find_pth(name: str, folder: Path) -> Optional[Path]:
-    for d in candidate_dirs(folder):
-        p = d / NETWORKS[name].official_file
-        if p.is_file():
-            return p
-    return None

@@ -1,12 +1,11 @@
 """A 3-D convolution computed as one 2-D convolution over depth slices.
 
 Why: the warp network's 7x7x7, 142 -> 22 occlusion-mask convolution is 140 GFLOP a frame
-(an eighth of warp+decode), and cuDNN runs it as a 3-D implicit GEMM with 22 output channels
-at 123 TFLOP/s on an H200: 1.14 ms a frame, a third of the whole warp+decode time. As 2-D
-convolution over the depth slices with 154 output channels it takes 0.57 ms (0.61 with the
-shifted sum; ``bench/bench_mask_conv.py``, fp16, batch 32), and warp+decode goes from 3.65 to
-3.08 ms a frame (``bench/bench_warp_decode_variants.py``). Measured alternatives that did not
-beat it: input channels padded to 144, the row taps on the output channels too (a 1x7 conv,
+(an eighth of warp+decode), and cuDNN runs it as a 3-D implicit GEMM with 22 output channels,
+far below the tensor cores' speed: a third of the whole warp+decode time. As 2-D convolution
+over the depth slices with 154 output channels it takes about half as long
+(``bench/bench_mask_conv.py``, ``bench/bench_warp_decode_variants.py``; the numbers are in
+docs/PERFORMANCE.md). Alternatives that did not beat it: input channels padded to 144, the row taps on the output channels too (a 1x7 conv,
 142 -> 1078), and Inductor's Triton convolution templates (max-autotune; the best at 66 % of
 cuDNN's speed).
 
@@ -25,7 +24,7 @@ kernel or lower (2.3e-4 against cuDNN's fp16 3-D conv's 3.1e-4, both against fp3
 ``bench/bench_mask_conv.py``).
 
 On CUDA in half precision the 2-D conv can run as a Triton kernel of ours instead of cuDNN
-(:mod:`.slice_conv_triton`: 0.32 against 0.60 ms a frame on an H200); the compiled
+(:mod:`.slice_conv_triton`, about twice as fast as cuDNN on an H200); the compiled
 warp+decode engine switches it on (:mod:`.triton_kernels`).
 """
 from __future__ import annotations

@@ -13,9 +13,10 @@ from torch import Tensor, nn
 
 from ..atomic_files import folder_lock
 from ..errors import MissingModelError
-from .checkpoints import NETWORKS, build_network, file_identity, find_network_file, load_state, missing_files_message
-from .keypoints import NUM_KP
-from .official_config import CONFIG_DIR, CONFIG_FILE, blink_table, find_config, read_config
+from ..model_files import CONFIG_DIR, CONFIG_FILE, find_config, find_network_file, missing_networks_message
+from .checkpoints import NETWORKS, build_network, file_identity, load_state
+from .keypoints import EYE_KP, NUM_KP
+from .official_config import blink_table, read_config
 
 log = logging.getLogger(__name__)
 
@@ -56,22 +57,22 @@ def load_ditto_models(
 
     Every missing file is reported at once; every file is validated before any module is
     handed out. The blink table comes from the official config under ``ditto_cfg/`` when it is
-    there (see :func:`~.official_config.find_config`); without it blinks are off.
+    there (see :func:`~ditto_core.model_files.find_config`); without it blinks are off.
     """
     model_dir = Path(model_dir)
     device = torch.device(device)
     files = {name: find_network_file(name, model_dir) for name in NETWORKS}
     missing = [name for name, path in files.items() if path is None]
     if missing:
-        raise MissingModelError(missing_files_message(missing, model_dir))
+        raise MissingModelError(missing_networks_message(missing, model_dir))
     blinks = _load_blink_table(model_dir)  # small: a bad config fails before the heavy loads
     modules = {}
     with contextlib.ExitStack() as locks:  # a weights conversion into these folders waits, and vice versa
         for folder in sorted({path.parent for path in files.values()}):
             locks.enter_context(folder_lock(folder, shared=True))
         for name, path in files.items():
-            module = build_network(name, load_state(name, path), path)
-            modules[name] = module.to(device=device, dtype=torch.float32 if name in ALWAYS_FP32 else dtype)
+            module = build_network(name, load_state(name, path), path, device)
+            modules[name] = module.to(dtype=torch.float32 if name in ALWAYS_FP32 else dtype)
     identity = hashlib.sha256("|".join(file_identity(files[n]) for n in NETWORKS).encode()).hexdigest()
     return DittoModels(**modules, device=device, dtype=dtype, files=files, identity=identity,
                        blink_table=None if blinks is None else blinks.to(device))
@@ -96,8 +97,6 @@ def synthetic_blink_table(rows: int = 7) -> Tensor:
     so row 0 is "eyes open" like the real table); every other channel stays 0. The values
     mean nothing for random networks: the table only makes the blink code paths run.
     """
-    from ..motion.motion_stitch import EYE_KP  # the motion package builds on this one: import late
-
     bump = 1 - torch.linspace(-1, 1, rows) ** 2
     table = torch.zeros(rows, NUM_KP, 3)
     table[:, list(EYE_KP), 1] = 0.02 * bump[:, None]

@@ -14,6 +14,10 @@ import torch
 from torch import Tensor
 
 NUM_KP = 21
+EYE_KP = (11, 13, 15, 16, 18)
+"""Keypoints that move with the eyelids."""
+LIP_KP = (6, 12, 14, 17, 19, 20)
+"""Keypoints that move with the lips: always driven, whatever the eye settings."""
 NUM_BINS = 66
 MOTION_DIM = 265
 """Width of the packed motion vector: scale-1 (1), pitch/yaw/roll bins (3x66), t (3), exp (63)."""

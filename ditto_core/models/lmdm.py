@@ -341,6 +341,10 @@ class LMDM(nn.Module):
         self.final_layer = nn.Linear(d, MOTION_DIM)
         self.register_buffer("alphas_cumprod", cosine_alphas_cumprod(), persistent=False)
 
+    def init_non_persistent_buffers(self) -> None:
+        """Recompute ``alphas_cumprod`` on the CPU (after a meta-device build: see checkpoints.build_network)."""
+        self.alphas_cumprod = cosine_alphas_cumprod()
+
     # ---- condition side: once per window -------------------------------------------------
 
     def encode_condition(self, cond_frame: Tensor, cond: Tensor, null_cond: NullCond = False) -> LMDMCondition:

@@ -27,13 +27,9 @@ import torch
 from torch import Tensor
 
 from ..errors import CheckpointError, MissingModelError
-from .checkpoints import HF_REPO
+from ..model_files import CONFIG_DIR, CONFIG_FILE, HF_REPO
 from .keypoints import NUM_KP
 
-CONFIG_DIR = "ditto_cfg"
-"""Folder of the model directory (and of the HuggingFace repository) holding the configs."""
-CONFIG_FILE = "v0.4_hubert_cfg_pytorch.pkl"
-"""The official PyTorch config; the TensorRT configs carry the same ``default_kwargs``."""
 MAX_CONFIG_BYTES = 64 << 20
 """The official config is a few hundred KiB; anything far larger is not one."""
 
@@ -470,15 +466,3 @@ def blink_table(config: Mapping, source: Path | str = "the Ditto config") -> Opt
         raise CheckpointError(f"{source}: default_kwargs['delta_eye_arr'] holds NaN or infinite values. {hint}")
     return tensor
 
-
-def find_config(model_dir: Path | str) -> Optional[Path]:
-    """The config to read under ``<model_dir>/ditto_cfg/``: the official PyTorch one, else any
-    ``*.pkl`` whose name contains "pytorch", then "trt" (same blink table), else None."""
-    folder = Path(model_dir) / CONFIG_DIR
-    if (folder / CONFIG_FILE).is_file():
-        return folder / CONFIG_FILE
-    for word in ("pytorch", "trt"):
-        found = sorted(p for p in folder.glob(f"*{word}*.pkl") if p.is_file())
-        if found:
-            return found[0]
-    return None

@@ -3,11 +3,10 @@ needs ``triton`` (and a CUDA device, or ``TRITON_INTERPRET=1`` with a fixed ``ti
 
 Why: :class:`~.depth_tap_conv.DepthTapConv3d` turns the warp network's 7x7x7 mask conv into a
 7x7, 144 -> 154 channel 2-D convolution over 64x64 depth slices (140 GFLOP a frame). cuDNN runs
-that shape on an Ampere kernel at about 235 TFLOP/s on an H200, with a 256x64 tile that wastes
-a fifth of its MMA work on 154 channels, while its 3x3 convolutions get Hopper kernels. This
-kernel takes 0.32 ms a frame against cuDNN's 0.60 (439 TFLOP/s; ``bench/bench_mask_conv.py``,
-fp16, batch 32), and the compiled warp+decode 2.80 -> 2.56 ms a frame in the same run
-(``bench/bench_warp_decode_variants.py``, variant ``cudnn_mask_conv``).
+that shape on an Ampere kernel on an H200, with a 256x64 tile that wastes a fifth of its MMA
+work on 154 channels, while its 3x3 convolutions get Hopper kernels. This kernel takes about
+half cuDNN's time (``bench/bench_mask_conv.py``; ``bench/bench_warp_decode_variants.py``,
+variant ``cudnn_mask_conv``; the numbers are in docs/PERFORMANCE.md).
 
 What makes it fast for this one shape: one program owns a tile of pixels and *all* output
 channels, in two accumulators of BLOCK_N + TAIL_N = 128 + 32 channels (power-of-two dot shapes,
@@ -23,6 +22,7 @@ and the matching weight rows, and multiplies them on the tensor cores with fp32 
 """
 from __future__ import annotations
 
+import inspect
 from typing import Optional
 
 import torch
@@ -123,14 +123,19 @@ def _slice_conv_kernel(
 
 # The slice count is part of the key: 512 slices (a batch of 32) and 64 (the engine's eager
 # first batch of 4) fill the GPU differently and may keep different tiles.
-_autotuned_kernel = triton.autotune(configs=CONFIGS, key=["H", "W", "C", "N", "SLICES"])(_slice_conv_kernel)
+# The winning tile is kept in Triton's on-disk cache (a JSON of timings, keyed by the kernel's
+# source, the key values and the GPU) where this Triton can, so a new process does not re-time
+# every tile before its first frame.
+_CACHE_TIMINGS = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
+_autotuned_kernel = triton.autotune(configs=CONFIGS, key=["H", "W", "C", "N", "SLICES"], **_CACHE_TIMINGS)(
+    _slice_conv_kernel)
 
 
 def pack_weight(weight: Tensor) -> Tensor:
     """(N, C, KH, KW) conv weight -> (KH * KW * C, N_PAD): the GEMM's B operand, one row per
     (tap, channel), zero columns up to a multiple of 32. The padding is for alignment: rows of
     154 half-precision values (308 bytes) cannot be read in 16-byte vectors, and with them the
-    kernel took 0.41 ms a frame on an H200 instead of 0.32."""
+    kernel was a quarter slower on an H200."""
     packed = weight.permute(2, 3, 1, 0).reshape(-1, weight.shape[0])
     return torch.nn.functional.pad(packed, (0, -weight.shape[0] % 32)).contiguous()
 

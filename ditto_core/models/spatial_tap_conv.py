@@ -3,13 +3,11 @@
 Why: the warp network's occlusion conv is 7x7, 2272 -> 1 channel (the hourglass output's 142
 channels times 16 depth slices). A convolution kernel tiles its output channels onto the
 tensor cores, and one output channel leaves them almost empty: cuDNN ran it on an Ampere
-"indexed" implicit GEMM at 0.13 ms a frame on an H200 (``bench/bench_warp_decode_variants.py``,
-fp16, batch 32), about 30x the time it takes to read its 18.6 MB input once. With the taps on
-the output channels it is a plain matrix product, (49 x 2272) @ (2272 x H*W) per image, which
-cuBLAS runs at memory speed, then a sum of 49 shifted single-channel planes: the layer takes
-0.012 ms a frame instead of 0.13 (eager stage times of two runs), and warp+decode 2.97 instead
-of 3.11 ms a frame batched, 4.54 instead of 5.06 ms at batch 1 (variant ``occlusion_conv2d``,
-same run).
+"indexed" implicit GEMM many times slower than reading its 18.6 MB input once. With the taps
+on the output channels it is a plain matrix product, (49 x 2272) @ (2272 x H*W) per image,
+which cuBLAS runs at memory speed, then a sum of 49 shifted single-channel planes
+(``bench/bench_warp_decode_variants.py``, variant ``occlusion_conv2d``; the numbers are in
+docs/PERFORMANCE.md).
 
 Why the rewrite is exact: with taps ``(i, j)`` and 'same' padding ``(p, q)``,
 

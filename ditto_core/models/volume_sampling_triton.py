@@ -10,18 +10,16 @@ float32 result and cast back. Here the hourglass input is one kernel that makes 
 candidate motion's coordinates in registers, draws the heatmap and writes every channel once in
 half precision; the feature warp reads the half-precision volume and writes half precision.
 
-On an H200 (fp16, batch 32, ``bench/bench_warp_decode_variants.py``, variant
-``pytorch_sampling`` for PyTorch's): 0.030 ms a frame for the hourglass input and 0.010 for
-the feature warp, against PyTorch's two ``grid_sample`` calls (0.058) and the fusions around
-them; kernel time outside the convolutions 0.52 -> 0.46 ms, warp+decode 2.47 -> 2.41 ms.
+What that saves is measured by ``bench/bench_warp_decode_variants.py`` (variant
+``pytorch_sampling`` for PyTorch's); the numbers are in docs/PERFORMANCE.md.
 
 Each thread takes one output voxel and loops over the channels, as PyTorch's ``grid_sample``
 does: neighbouring threads read neighbouring voxels of a channel and write neighbouring
 outputs of a channel plane, so loads and stores coalesce. A first version that gave each
 thread a voxel's channels as a 2-D tile and wrote the channels-last layout the next
-convolutions read took 0.108 + 0.073 ms (a warp's loads then spanned one cache line per
-channel), and with its channels-last hourglass input three of Inductor's fusions in the
-hourglass took 0.16 ms instead of 0.03.
+convolutions read was several times slower (a warp's loads then spanned one cache line per
+channel), and its channels-last hourglass input slowed three of Inductor's fusions in the
+hourglass (docs/PERFORMANCE.md).
 
 The arithmetic is PyTorch's, operation for operation, in float32: the identity grid of
 :func:`~.dense_motion.identity_grid`, ``grid_sample``'s unnormalisation (``align_corners``

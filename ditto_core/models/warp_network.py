@@ -101,9 +101,8 @@ class WarpingNetwork(nn.Module):
         changes, but it is the one cuDNN's tensor-core kernels read and write: convolutions
         follow their weights' layout, so the hourglass's activations stay NDHWC from conv to
         conv (and its output's depth slices are NHWC images for the mask conv) instead of
-        being transposed before and after every 3-D conv. On an H200 (fp16, batch 32,
-        ``bench/bench_warp_decode_variants.py``, variant ``channels_last_3d`` before it was
-        adopted): layout copies 0.139 -> 0.031 ms, warp+decode 2.89 -> 2.76 ms a frame.
+        being transposed before and after every 3-D conv (``bench/bench_warp_decode_variants.py``,
+        variant ``channels_last_3d`` before it was adopted; docs/PERFORMANCE.md).
 
         Call after loading weights; the module no longer loads the official state dict.
         Calling it again does nothing.

@@ -16,7 +16,7 @@ sequence and shared by every window, as the reference does.
 Precision: ``fp32`` (TF32 off) is the reference's arithmetic. ``tf32`` and ``bf16`` are faster
 modes for the matrix products only: LayerNorm, softmax statistics, the residual stream and the
 DDIM update stay float32 in every mode. Each mode's error against fp32 is measured by
-``bench/bench_lmdm.py`` and stated in the README.
+``bench/bench_lmdm.py`` and stated in docs/PERFORMANCE.md.
 """
 from __future__ import annotations
 
@@ -35,12 +35,12 @@ from ..compilation import announce_once, compile_available, compile_failures
 from ..errors import InputError
 from ..models.keypoints import MOTION_DIM
 from ..models.lmdm import DIFFUSION_STEPS, LMDM, WINDOW, RotaryAttention, cosine_alphas_cumprod
+from ..precision import LMDM_PRECISIONS
 from ..progress import ProgressCallback, report
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "PRECISIONS",
     "DDIMSampler",
     "WindowSampler",
     "cosine_alphas_cumprod",
@@ -52,8 +52,6 @@ __all__ = [
 POSE_DIMS = 202
 """Leading motion channels that are smoothed: scale, the three pose-bin logit sets and t."""
 
-PRECISIONS = ("fp32", "tf32", "bf16")
-"""Matrix-product precision of the sampler (see the module docstring)."""
 
 
 def ddim_time_pairs(steps: int, num_train_steps: int = DIFFUSION_STEPS) -> list[tuple[int, int]]:
@@ -107,7 +105,9 @@ class _CapturedWindow:
             result = run(*self.inputs)
         torch.cuda.current_stream().wait_stream(side)
         result.record_stream(torch.cuda.current_stream())  # made on the side stream, used on this one
-        with torch.cuda.graph(self.graph):
+        # Thread-local capture: the warp+decode engine may be compiling (and running its warm-up)
+        # in a background thread meanwhile; only this thread's calls must not break the capture.
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self.output = run(*self.inputs)
         return result
 
@@ -125,7 +125,7 @@ class DDIMSampler:
         lmdm: the network (its device decides where sampling runs).
         steps: number of DDIM steps (25 is Ditto's fast setting, 50 its default).
         cuda_graph: on CUDA, record the window once per input shape and replay it after.
-        precision: one of :data:`PRECISIONS`; ``fp32`` reproduces the reference.
+        precision: one of :data:`~ditto_core.precision.LMDM_PRECISIONS`; ``fp32`` reproduces the reference.
         compile: run each guided step through ``torch.compile`` (fewer, fused kernels; the
             first window pays the compilation). Combined with ``cuda_graph`` the compiled step
             is recorded into the window's graph like the eager one. Only on CUDA with Triton;
@@ -141,8 +141,8 @@ class DDIMSampler:
     def __init__(
         self, lmdm: LMDM, steps: int = 25, cuda_graph: bool = True, precision: str = "fp32", compile: bool = False
     ) -> None:
-        if precision not in PRECISIONS:
-            raise InputError(f"LMDM precision must be one of {', '.join(PRECISIONS)}, got {precision!r}.")
+        if precision not in LMDM_PRECISIONS:
+            raise InputError(f"LMDM precision must be one of {', '.join(LMDM_PRECISIONS)}, got {precision!r}.")
         pairs = ddim_time_pairs(steps, lmdm.alphas_cumprod.shape[0])
         self.lmdm = lmdm
         self.steps = steps

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ..errors import InputError
 from ..models.keypoints import NUM_KP
-from .lmdm_sampler import PRECISIONS
+from ..precision import LMDM_PRECISIONS
 
 NUM_EMOTIONS = 8
 EMOTIONS = ("angry", "disgust", "fear", "happy", "neutral", "sad", "surprise", "contempt")
@@ -75,7 +75,7 @@ class MotionOptions:
     """Every this many windows, reset the keypoint condition to the source pose (0: never)."""
     sampler_precision: str = "fp32"
     """Matrix-product precision of the LMDM: "fp32" (the reference's numbers), "tf32" or "bf16"
-    (faster; errors in the README)."""
+    (faster; errors in docs/PERFORMANCE.md)."""
     sampler_compile: bool = False
     """Run the LMDM steps through ``torch.compile`` (faster windows after a one-off compile)."""
 
@@ -163,8 +163,8 @@ class MotionOptions:
         _check_int("overlap_v2", self.overlap_v2, 0, LMDM_WINDOW - 1)
         _check_int("smo_k_d", self.smo_k_d, 1, None)
         _check_int("fix_kp_cond", self.fix_kp_cond, 0, None)
-        _check("sampler_precision", self.sampler_precision, self.sampler_precision in PRECISIONS,
-               f"one of {', '.join(PRECISIONS)}")
+        _check("sampler_precision", self.sampler_precision, self.sampler_precision in LMDM_PRECISIONS,
+               f"one of {', '.join(LMDM_PRECISIONS)}")
         self._check_use_d_keys()
         self._check_blinks()
         for axis in ("pitch", "yaw", "roll"):

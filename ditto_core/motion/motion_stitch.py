@@ -29,6 +29,8 @@ from torch import Tensor, nn
 
 from ..errors import InputError
 from ..models.keypoints import (
+    EYE_KP,
+    LIP_KP,
     MOTION_DIM,
     NUM_KP,
     MotionInfo,
@@ -43,10 +45,6 @@ from .conditions import mirror_index
 from .motion_options import MotionOptions
 from .motion_sequence import MotionSequence
 
-EYE_KP = (11, 13, 15, 16, 18)
-"""Keypoints that move with the eyelids."""
-LIP_KP = (6, 12, 14, 17, 19, 20)
-"""Keypoints that move with the lips: always driven, whatever the eye settings."""
 
 _ANGLES = ("pitch", "yaw", "roll")
 _GAZE_YAW_GAIN = 0.26

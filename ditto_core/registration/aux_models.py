@@ -9,20 +9,14 @@ from typing import Iterable, Optional
 import torch
 
 from ..errors import MissingModelError
+from ..model_files import AUX_FILES, AUX_SOURCE, find_aux_file
 from ..models.checkpoints import file_identity
 from .face_detector import FaceDetector
 from .landmark106 import Landmark106
 from .landmark203 import Landmark203
 from .landmark478 import Landmark478
-from .onnx_session import HF_AUX_FOLDER, create_session
+from .onnx_session import create_session
 
-AUX_FILES = {
-    "face_detector": "det_10g.onnx",
-    "landmark106": "2d106det.onnx",
-    "landmark203": "landmark203.onnx",
-    "landmark478": "face_landmarker.task",
-}
-"""Attribute of :class:`AuxModels` -> official file name."""
 
 
 @dataclass
@@ -40,24 +34,10 @@ class AuxModels:
     identity: str = ""  # fingerprint of the files loaded: part of the avatar cache key
 
 
-def aux_candidate_dirs(aux_dir: Path) -> list[Path]:
-    """Where the files may sit: flat in ``aux_dir`` or in the HuggingFace download layout."""
-    aux_dir = Path(aux_dir)
-    return [aux_dir, aux_dir / "aux_models", aux_dir / "ditto_pytorch" / "aux_models"]
-
-
-def find_aux_file(name: str, aux_dir: Path) -> Optional[Path]:
-    for folder in aux_candidate_dirs(aux_dir):
-        path = folder / AUX_FILES[name]
-        if path.is_file():
-            return path
-    return None
-
-
 def load_aux_models(
     aux_dir: Path | str, device: torch.device | str = "cpu", required: Iterable[str] = tuple(AUX_FILES)
 ) -> AuxModels:
-    """Load every aux model found under ``aux_dir`` (see :func:`aux_candidate_dirs`).
+    """Load every aux model found under ``aux_dir`` (see :func:`~ditto_core.model_files.aux_dirs`).
 
     ``required`` names the models that must be present; all missing ones are reported in one
     :class:`MissingModelError`. Registration with face detection needs all four; the
@@ -73,7 +53,7 @@ def load_aux_models(
     if missing:
         raise MissingModelError(
             f"Missing Ditto face model file(s): {', '.join(missing)}. Looked in {aux_dir.resolve()} (and its "
-            f"aux_models/ and ditto_pytorch/aux_models/ subfolders). Download them from {HF_AUX_FOLDER} "
+            f"aux_models/ and ditto_pytorch/aux_models/ subfolders). Download them from {AUX_SOURCE} "
             f"and put them in that folder; inside ComfyUI this is ComfyUI/models/ditto/aux_models/."
         )
     onnx_models = {"face_detector": FaceDetector, "landmark106": Landmark106, "landmark203": Landmark203}

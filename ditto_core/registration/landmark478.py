@@ -8,8 +8,8 @@ from typing import Optional
 import numpy as np
 
 from ..errors import CheckpointError
+from ..model_files import AUX_SOURCE
 from .eye_info import NUM_MESH_POINTS
-from .onnx_session import HF_AUX_FOLDER
 
 
 class Landmark478:
@@ -34,7 +34,7 @@ class Landmark478:
         except Exception as exc:  # mediapipe reports a bad bundle as RuntimeError or ValueError
             raise CheckpointError(
                 f"{self.path} could not be loaded as MediaPipe's face landmarker ({type(exc).__name__}: "
-                f"{str(exc).splitlines()[0][:200]}). Re-download face_landmarker.task from {HF_AUX_FOLDER}."
+                f"{str(exc).splitlines()[0][:200]}). Re-download face_landmarker.task from {AUX_SOURCE}."
             ) from exc
 
     @staticmethod

@@ -9,9 +9,9 @@ import numpy as np
 import torch
 
 from ..errors import CheckpointError
+from ..model_files import AUX_SOURCE
 from .crop import transform_points, warp_image
 
-HF_AUX_FOLDER = "HuggingFace digital-avatar/ditto-talkinghead, folder ditto_pytorch/aux_models/"
 
 
 def providers_for(device: torch.device | str) -> list[Any]:
@@ -34,14 +34,14 @@ def create_session(path: Path, device: torch.device | str, role: str):
         raise CheckpointError(
             f"{path} could not be loaded as the {role} ONNX model ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0][:200]}). The file is truncated or not the right model; "
-            f"re-download {path.name} from {HF_AUX_FOLDER}."
+            f"re-download {path.name} from {AUX_SOURCE}."
         ) from exc
 
 
 def model_error(path: Path, role: str, problem: str) -> CheckpointError:
     """The error for a loadable ONNX file whose inputs/outputs are not the expected model's."""
     return CheckpointError(
-        f"{path} is not the {role} model Ditto uses: {problem}. Re-download {path.name} from {HF_AUX_FOLDER}."
+        f"{path} is not the {role} model Ditto uses: {problem}. Re-download {path.name} from {AUX_SOURCE}."
     )
 
 

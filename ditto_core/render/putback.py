@@ -26,6 +26,7 @@ from torch import Tensor
 
 from ..errors import InputError
 from .feather_mask import feather_mask
+from .putback_geometry import inverse_affine, paste_bounds
 
 # Output pixels per chunk of the PyTorch path: bounds its float32 temporaries (about 70 bytes a
 # pixel) to a few hundred MB, so full-HD batches fit next to the models on an 8 GB GPU.
@@ -64,47 +65,6 @@ def paste_back_cv2(
     )
     blended = warped_mask * warped_render + (1 - warped_mask) * frame_rgb
     return np.clip(blended, 0, 255).astype(np.uint8)
-
-
-def inverse_affine(M_c2o: Tensor) -> Tensor:
-    """Frame-to-render affines: (S, 3, 3) or (S, 2, 3) -> (S, 2, 3) float32, on the same device.
-
-    Inverted in closed form in float64 (as OpenCV does) with elementwise ops only, so it never
-    waits on the GPU the way ``torch.linalg.inv``'s error check does.
-    """
-    m = M_c2o[:, :2].double()
-    a, b, c = m[:, 0, 0], m[:, 0, 1], m[:, 0, 2]
-    d, e, f = m[:, 1, 0], m[:, 1, 1], m[:, 1, 2]
-    det = a * e - b * d
-    inv = torch.stack(
-        [
-            torch.stack([e, -b, b * f - c * e], dim=-1),
-            torch.stack([-d, a, c * d - a * f], dim=-1),
-        ],
-        dim=1,
-    )
-    return (inv / det[:, None, None]).float()
-
-
-def paste_bounds(M_c2o: Tensor, render_size: int, height: int, width: int) -> Tensor:
-    """Frame box each render can touch: (S, 4) int32 ``[x0, y0, x1, y1)``, clipped to the frame.
-
-    A bilinear sample with zero padding is non-zero only for render coordinates in the open
-    square (-1, R); the box bounds that square's image with a pixel of margin. Pixels outside
-    it are copied from the frame unchanged.
-    """
-    m = M_c2o[:, :2].double()
-    lo, hi = -1.0, float(render_size)
-    corners = torch.tensor(
-        [[lo, lo, 1.0], [hi, lo, 1.0], [lo, hi, 1.0], [hi, hi, 1.0]], dtype=torch.float64, device=m.device
-    )
-    mapped = torch.einsum("sij,kj->ski", m, corners)  # (S, 4 corners, xy)
-    low = mapped.amin(dim=1).floor()
-    high = mapped.amax(dim=1).ceil() + 1
-    limit = torch.tensor([width, height], dtype=torch.float64, device=m.device)
-    low = torch.minimum(low.clamp(min=0), limit)
-    high = torch.minimum(high.clamp(min=0), limit)
-    return torch.cat([low, high], dim=1).to(torch.int32)
 
 
 def paste_back(

@@ -9,6 +9,16 @@ or fails, the same function runs eagerly, announced once. Where it compiles, the
 mask conv and its two trilinear samplings also run as Triton kernels of ours
 (:mod:`ditto_core.models.triton_kernels`).
 
+Two ways to get the compiled graph (``warmup``):
+
+* ``"foreground"``: the first full batch compiles it (``mode="reduce-overhead"``: CUDA graphs),
+  the caller waiting; right for a process that renders many clips, and for latency at batch 1.
+* ``"background"``: a thread compiles it (plain Inductor kernels, no CUDA graphs: at a full
+  batch the GPU, not kernel launches, is the limit) while the clip renders eagerly; batches
+  switch to the graph once it is ready. A new process then delivers frames at once instead of
+  after the compile, and a clip too short to repay a compile never waits for one.
+  :meth:`WarpDecodeEngine.start_warmup` starts it early (when the models load).
+
 Precision is the networks' own: the engine runs them in the dtype of their weights and hands
 them float32 keypoints; the warp network keeps its sampling grids in float32 by itself. No
 autocast: it would push the dense-motion blend (a ``bmm`` of keypoint offsets) to half
@@ -18,8 +28,9 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
@@ -28,9 +39,11 @@ from torch import Tensor, nn
 
 from ..compilation import announce_once, compile_available, compile_failures, reset_compiled_state
 from ..errors import DittoError, InputError
+from ..models.keypoints import NUM_KP
 from ..models.triton_kernels import triton_kernels_supported, use_triton_kernels_
 from ..motion.motion_sequence import MotionSequence
 from ..progress import ProgressCallback, report
+from ..user_cache import user_cache_dir
 from ..registration.source_info import SourceInfo
 from .rendered_frames import RenderedFrames
 
@@ -44,13 +57,16 @@ log = logging.getLogger(__name__)
 # measured yet and keeps a conservative estimate.
 _BYTES_PER_FRAME = {torch.float32: 620 << 20, torch.float16: 310 << 20, torch.bfloat16: 310 << 20}
 MAX_BATCH = 32
+WARMUP_MODES = ("foreground", "background")
+# Ditto's feature volume per source frame: (channels, depth, height, width).
+VOLUME_SHAPE = (32, 16, 64, 64)
 # The decoder's output side is this multiple of the feature volume's side (64 -> 512).
 _DECODER_UPSCALE = 8
 
 
 def default_compile_cache_dir() -> Path:
     """Per-user folder for Inductor's compiled graphs and kernels (survives reboots, unlike /tmp)."""
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "comfyui-ditto" / "inductor"
+    return user_cache_dir("inductor")
 
 
 def auto_batch_size(device: torch.device, dtype: torch.dtype, fraction: float = 0.5) -> int:
@@ -86,6 +102,17 @@ class EngineStats:
     compile_seconds: Optional[float] = None  # first compiled call: tracing + Inductor (or its cache)
     triton_kernels: int = 0  # warp-network layers running Triton kernels of ours (0: PyTorch's ops; why below)
     reason_pytorch: str = ""
+    warmup: str = "foreground"  # how the graph is compiled (see WARMUP_MODES)
+    eager_batches: int = 0  # batches rendered without the graph (ramp, or while it compiled)
+    graph_batches: int = 0  # batches rendered through the graph
+
+
+@dataclass
+class _Warmup:
+    """A background compile of one graph shape: done when ``ready`` is set, failed if ``error``."""
+
+    ready: threading.Event = field(default_factory=threading.Event)
+    error: Optional[BaseException] = None
 
 
 class WarpDecodeEngine(nn.Module):
@@ -103,6 +130,7 @@ class WarpDecodeEngine(nn.Module):
         first_batch: frames in the first batch of every clip when compiled, run eagerly: the
             first frames reach the encoder after a few frames' work instead of a whole graph
             batch's (time to first frame), and the graph takes over from the next batch.
+        warmup: ``"foreground"`` or ``"background"`` (see the module docstring).
     """
 
     def __init__(
@@ -113,8 +141,11 @@ class WarpDecodeEngine(nn.Module):
         compile: bool = True,
         cache_dir: Optional[Path] = None,
         first_batch: int = 4,
+        warmup: str = "foreground",
     ) -> None:
         super().__init__()
+        if warmup not in WARMUP_MODES:
+            raise InputError(f"WarpDecodeEngine: warmup must be one of {', '.join(WARMUP_MODES)}, got {warmup!r}")
         self.warp_network = warp_network
         self.decoder = decoder
         self.device, self.dtype = _common_placement(warp_network, decoder)
@@ -122,9 +153,11 @@ class WarpDecodeEngine(nn.Module):
             raise InputError(f"WarpDecodeEngine: batch_size must be >= 0 (0 = automatic), got {batch_size}")
         self.batch_size = batch_size or auto_batch_size(self.device, self.dtype)
         self.first_batch = first_batch
+        self.warmup = warmup
         ok, why = compile_available(self.device) if compile else (False, "compile is off")
-        self.stats = EngineStats(compiled=ok, batch_size=self.batch_size, reason_eager=why)
+        self.stats = EngineStats(compiled=ok, batch_size=self.batch_size, reason_eager=why, warmup=warmup)
         self._step: Optional[Callable[[Tensor, Tensor, Tensor], Tensor]] = None
+        self._warmups: dict[tuple[bool, int], _Warmup] = {}  # (one shared volume, batch size) -> its compile
         # Our Triton kernels go with compilation: a machine that cannot compile Triton kernels
         # (or a user who turned compiling off) gets the plain PyTorch path throughout.
         triton_ok, self.stats.reason_pytorch = triton_kernels_supported(self.device, self.dtype) if ok else (False, why)
@@ -132,7 +165,8 @@ class WarpDecodeEngine(nn.Module):
         self.stats.triton_kernels = switched if triton_ok else 0
         if ok:
             use_compile_cache(cache_dir)
-            self._step = torch.compile(self._forward, mode="reduce-overhead", dynamic=False)
+            mode = "reduce-overhead" if warmup == "foreground" else "default"
+            self._step = torch.compile(self._forward, mode=mode, dynamic=False)
         elif compile:
             _announce_eager(why)
 
@@ -155,7 +189,7 @@ class WarpDecodeEngine(nn.Module):
             raise InputError(
                 f"render_batch: f_s holds {f_s.shape[0]} volumes for {n} frames; pass one per frame or one shared"
             )
-        return self._render(f_s, kp_source, kp_driving)
+        return self._render(f_s, kp_source, kp_driving, eager=not self._graph_ready(shared_volume=f_s.shape[0] == 1))
 
     def _render(
         self, f_s: Tensor, kp_source: Tensor, kp_driving: Tensor, index: Optional[Tensor] = None, eager: bool = False
@@ -163,37 +197,97 @@ class WarpDecodeEngine(nn.Module):
         """Render n frames; ``index`` (n,) picks each frame's volume from ``f_s`` (all source frames)."""
         n = kp_driving.shape[0]
         compiled = self.stats.compiled and not eager
-        # The compiled path always sees batch_size frames: one static shape, one CUDA graph.
-        size = self.batch_size if compiled else n
-        if index is not None:
-            rows = _pad(index, size)
-        elif f_s.shape[0] == 1:  # one volume shared by every frame: expanded inside the graph
-            rows = torch.zeros(1, dtype=torch.long, device=f_s.device)
-        else:
-            rows = _pad(torch.arange(n, device=f_s.device), size)
-        # Every argument is a fresh tensor made here: a caller's tensor (or a view of it) and one
-        # made under inference mode carry different dispatch keys, and Dynamo would recompile
-        # the graph for each kind it sees.
-        f_s = f_s.index_select(0, rows)
-        args = (f_s.to(self.device, self.dtype), _pad_keypoints(kp_source, size, self.device),
-                _pad_keypoints(kp_driving, size, self.device))
+        # The compiled path always sees batch_size frames: one static shape, one graph.
+        args = self._arguments(f_s, kp_source, kp_driving, index, self.batch_size if compiled else n)
         if compiled:
             try:
+                out = self._run_compiled(args)[:n]
+                self.stats.graph_batches += 1
                 # CUDA-graph outputs live in a pool that the next replay overwrites: hand out a copy.
-                return self._run_compiled(args)[:n].clone()
+                return out.clone() if self.warmup == "foreground" else out
             except compile_failures() as error:
                 self._disable_compile(f"compilation failed ({type(error).__name__}: {error})")
             except torch.cuda.OutOfMemoryError:
                 # The caller retries with a smaller batch: a new graph, recorded by a graph-tree
                 # manager that this failure may have left half-updated (see reset_compiled_state).
-                reset_compiled_state()
+                if self.warmup == "foreground":
+                    reset_compiled_state()
                 raise
-        elif self.stats.triton_kernels:  # the eager first batch of a clip launches the Triton kernels itself
+        self.stats.eager_batches += 1
+        if not compiled and self.stats.triton_kernels:  # eager batches launch the Triton kernels themselves
             try:
                 return self._forward(*args)[:n]
             except compile_failures() as error:
                 self._disable_compile(f"a Triton kernel failed ({type(error).__name__}: {error})")
         return self._forward(*args)[:n]
+
+    def _arguments(
+        self, f_s: Tensor, kp_source: Tensor, kp_driving: Tensor, index: Optional[Tensor], size: int
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The network's inputs for ``size`` frames (real rows, then the last one repeated)."""
+        if index is not None:
+            rows = _pad(index, size)
+        elif f_s.shape[0] == 1:  # one volume shared by every frame: expanded inside the graph
+            rows = torch.zeros(1, dtype=torch.long, device=f_s.device)
+        else:
+            rows = _pad(torch.arange(kp_driving.shape[0], device=f_s.device), size)
+        # Every argument is a fresh tensor made here: a caller's tensor (or a view of it) and one
+        # made under inference mode carry different dispatch keys, and Dynamo would recompile
+        # the graph for each kind it sees.
+        f_s = f_s.index_select(0, rows)
+        return (f_s.to(self.device, self.dtype), _pad_keypoints(kp_source, size, self.device),
+                _pad_keypoints(kp_driving, size, self.device))
+
+    # -- background compile --------------------------------------------------------------
+
+    def start_warmup(self, shared_volume: bool = True, volume_shape: tuple[int, ...] = VOLUME_SHAPE) -> None:
+        """Compile the graph for the current batch size in a background thread (``"background"`` only).
+
+        ``shared_volume``: the graph for an image source (one feature volume for every frame);
+        ``False``: for a video source (one volume per frame). Idempotent per shape. Where VRAM
+        cannot hold the warm-up's batch beside a rendering one, the compile runs here instead.
+        """
+        key = (shared_volume, self.batch_size)
+        if not self.stats.compiled or self.warmup != "background" or key in self._warmups:
+            return
+        warm = self._warmups[key] = _Warmup()
+        if self._room_for_two_batches():
+            threading.Thread(target=self._warm_up, args=(warm, shared_volume, volume_shape), daemon=True,
+                             name="ditto-engine-warmup").start()
+        else:
+            self._warm_up(warm, shared_volume, volume_shape)
+
+    def _room_for_two_batches(self) -> bool:
+        if self.device.type != "cuda":
+            return True
+        free, _ = torch.cuda.mem_get_info(self.device)
+        return free > 2 * self.batch_size * _BYTES_PER_FRAME[self.dtype]
+
+    def _warm_up(self, warm: _Warmup, shared_volume: bool, volume_shape: tuple[int, ...]) -> None:
+        """Run the compiled function once on zeros of the graph's shapes (any thread)."""
+        size = self.batch_size
+        try:
+            with torch.inference_mode():
+                f_s = torch.zeros(1 if shared_volume else size, *volume_shape, device=self.device, dtype=self.dtype)
+                kp = torch.zeros(size, NUM_KP, 3, device=self.device)
+                self._run_compiled(self._arguments(f_s, kp, kp, None, size))
+        except BaseException as error:  # handed to the rendering thread, which falls back to eager code
+            warm.error = error
+        finally:
+            warm.ready.set()
+
+    def _graph_ready(self, shared_volume: bool) -> bool:
+        """Whether batches may use the graph now; starts its background compile when needed."""
+        if self.warmup == "foreground":
+            return self.stats.compiled
+        self.start_warmup(shared_volume)
+        warm = self._warmups.get((shared_volume, self.batch_size))
+        if warm is None or not warm.ready.is_set():
+            return False
+        if warm.error is not None:
+            error, warm.error = warm.error, None
+            self._disable_compile(f"compilation failed ({type(error).__name__}: {error})")
+        return self.stats.compiled
 
     def _run_compiled(self, args: tuple[Tensor, Tensor, Tensor]) -> Tensor:
         first = self.stats.compile_seconds is None
@@ -226,11 +320,13 @@ class WarpDecodeEngine(nn.Module):
         start = 0
         while start < total:
             # Decided per attempt: after an out-of-VRAM retry the batch may be no larger than the ramp.
+            graph = self._graph_ready(shared_volume=index is None)
             first = start == 0 and self.stats.compiled and 0 < self.first_batch < self.batch_size
             rows = slice(start, min(start + (self.first_batch if first else self.batch_size), total))
             try:
                 images = self._render(
-                    f_s, kp_source[rows], kp_driving[rows], None if index is None else index[rows], eager=first
+                    f_s, kp_source[rows], kp_driving[rows], None if index is None else index[rows],
+                    eager=first or not graph,
                 )
             except torch.cuda.OutOfMemoryError as error:
                 if self.batch_size == 1:

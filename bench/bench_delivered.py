@@ -1,0 +1,162 @@
+"""Delivered against GPU-side frames/s for each x264 preset, one encoder and parallel, in one run.
+
+The render half of bench_render.py (cached avatar, 10 s of motion, compiled fp16 warp+decode,
+Triton put-back into a 1080x1920 frame), measured once on the GPU side alone (render + put-back,
+device synchronised) and then into a finished MP4 with 10 s of AAC audio through
+:class:`VideoWriter`, for each preset with one encoder and with the parallel default (one per
+four cores). Each MP4 is checked: the expected number of frames and audio within one frame of
+the video. Prints a table next to issue 16's goals and writes JSON with ``--out``::
+
+    python -m bench.bench_delivered --out $OUT/bench_delivered.json   # H200: about 3-5 min
+    python -m bench.bench_delivered --quick                             # CPU smoke run
+
+``--cache-dir`` reuses an Inductor cache (bench_render.py's, say) to skip the cold compile.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import av
+import numpy as np
+import torch
+
+from ditto_core.compilation import compile_available
+from ditto_core.precision import NETWORK_PRECISIONS, network_dtype
+from ditto_core.render.putback import paste_back
+from ditto_core.render.warp_decode import WarpDecodeEngine, auto_batch_size
+from ditto_core.video.colour import rgb_to_yuv420p
+from ditto_core.video.encoder import X264_PRESETS, default_encoders, usable_cores
+from ditto_core.video.writer import VideoWriter
+
+from .bench_common import emit, sync
+from .bench_render import compiled_engine
+from .scene import FPS, Settings, make_scene, render_networks
+
+AUDIO_RATE = 48000
+REPEATS = 2
+# Issue 16 (H200 host, 1080x1920): ("ratio", r) is delivered >= r * GPU-side; ("fps", f) is >= f.
+GOALS = {"ultrafast": ("ratio", 0.95), "superfast": ("fps", 250.0), "medium": ("fps", 100.0)}
+
+
+def check_mp4(path: Path, frames: int) -> dict:
+    """Frames in the file (demuxed packets) and audio minus video duration, in frames."""
+    with av.open(str(path)) as container:
+        video, audio = container.streams.video[0], container.streams.audio[0]
+        packets = sum(1 for p in container.demux(video) if p.size)
+        video_s = float(video.duration * video.time_base)
+        audio_s = float(audio.duration * audio.time_base)
+    return {"mp4_frames": packets, "frames_ok": packets == frames,
+            "audio_minus_video_frames": (audio_s - video_s) * FPS,
+            "audio_ok": abs(audio_s - video_s) * FPS <= 1.0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--quick", action="store_true", help="CPU smoke run: tiny frames, eager, two presets")
+    parser.add_argument("--presets", nargs="+", choices=X264_PRESETS,
+                        default=["ultrafast", "superfast", "veryfast", "faster", "fast", "medium"])
+    parser.add_argument("--encoders", type=int, default=default_encoders(), help="the parallel setting (vs 1)")
+    parser.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp16")
+    parser.add_argument("--crf", type=int, default=18)
+    parser.add_argument("--cache-dir", type=Path, help="Inductor cache to reuse")
+    args = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.quick else "cpu")
+    if args.quick:
+        settings = Settings(device, 4, 180, 320, 32, 4, (args.precision,), False, 1, "ultrafast", args.crf)
+        args.presets, args.encoders = args.presets[:2], max(2, args.encoders)
+    else:
+        settings = Settings(device, 250, 1080, 1920, 64, 0, (args.precision,), compile_available(device)[0], 3,
+                            "ultrafast", args.crf)
+    began = time.perf_counter()
+    dtype = network_dtype(args.precision) if device.type == "cuda" else torch.float32
+    scene, origin = make_scene(settings)
+    nets = render_networks(device, dtype)
+    batch = settings.batch or auto_batch_size(device, dtype)
+    motion, frames = scene.motion, len(scene.motion)
+    wave = (0.2 * np.sin(2 * np.pi * 220 * np.arange(int(frames / FPS * AUDIO_RATE)) / AUDIO_RATE)).astype(np.float32)
+
+    with tempfile.TemporaryDirectory(prefix="bench_delivered_") as tmp:
+        workdir = Path(tmp)
+        if settings.compile:
+            f_s = scene.source.f_s.to(dtype)
+            engine, ready_s = compiled_engine(nets, batch, args.cache_dir or workdir / "inductor", f_s,
+                                              motion.kp_source, motion.kp_driving, device)
+        else:
+            engine, ready_s = WarpDecodeEngine(*nets, batch_size=batch, compile=False), 0.0
+
+        def frames_of_clip():
+            for first, renders in engine.iter_render(scene.source, motion):
+                yield paste_back(scene.frame, renders, scene.M_c2o, motion.source_index[first : first + len(renders)])
+
+        def gpu_side(convert: bool) -> float:
+            for _ in frames_of_clip():  # warm: put-back kernels compile on first use
+                break
+            sync(device)
+            start = time.perf_counter()
+            for out in frames_of_clip():
+                if convert:
+                    rgb_to_yuv420p(out)
+            sync(device)
+            return frames / (time.perf_counter() - start)
+
+        results: dict = {
+            "config": {"device": str(device), "frames": frames, "size": [settings.height, settings.width],
+                       "precision": args.precision, "batch": batch, "compiled": settings.compile,
+                       "compile_ready_s": ready_s, "crf": args.crf, "encoders_parallel": args.encoders,
+                       "source_frame": origin, "cpu_count": os.cpu_count(), "usable_cores": usable_cores(),
+                       "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
+            "gpu_fps": statistics.median(gpu_side(False) for _ in range(settings.reps)),
+            "gpu_fps_with_yuv_conversion": statistics.median(gpu_side(True) for _ in range(settings.reps)),
+            "presets": {},
+        }
+        for preset in args.presets:
+            entry = {}
+            for encoders in sorted({1, args.encoders}):
+                runs = []
+                path = workdir / f"{preset}_{encoders}.mp4"
+                for _ in range(1 if args.quick else REPEATS):
+                    start = time.perf_counter()
+                    with VideoWriter(path, width=settings.width, height=settings.height, fps=FPS, crf=args.crf,
+                                     preset=preset, encoders=encoders, audio=(wave, AUDIO_RATE),
+                                     expected_frames=frames) as writer:
+                        for out in frames_of_clip():
+                            writer.write(out)
+                    runs.append(frames / (time.perf_counter() - start))
+                key = "single" if encoders == 1 else "parallel"
+                entry[key] = {"encoders": encoders, "delivered_fps": statistics.median(runs), "runs": runs,
+                              "bytes": path.stat().st_size, **check_mp4(path, frames)}
+            entry["goal"], entry["met"] = goal(preset, entry, results["gpu_fps"])
+            results["presets"][preset] = entry
+            print_row(preset, entry, results["gpu_fps"])
+        results["elapsed_s"] = time.perf_counter() - began
+    emit(results, args.out, quiet=args.out is not None)
+
+
+def goal(preset: str, entry: dict, gpu_fps: float) -> tuple:
+    if preset not in GOALS:
+        return None, None
+    kind, value = GOALS[preset]
+    best = max(r["delivered_fps"] for k, r in entry.items() if k in ("single", "parallel"))
+    threshold = value * gpu_fps if kind == "ratio" else value
+    return f">= {threshold:.0f} frames/s", best >= threshold
+
+
+def print_row(preset: str, entry: dict, gpu_fps: float) -> None:
+    cells = []
+    for key in ("single", "parallel"):
+        if key in entry:
+            r = entry[key]
+            cells.append(f"{key} x{r['encoders']}: {r['delivered_fps']:6.1f} ({100 * r['delivered_fps'] / gpu_fps:3.0f} %)"
+                         f"{'' if r['frames_ok'] and r['audio_ok'] else ' MP4 CHECK FAILED'}")
+    print(f"{preset:>9}: GPU-side {gpu_fps:6.1f}  " + "  ".join(cells)
+          + (f"  goal {entry['goal']}: {'met' if entry['met'] else 'NOT met'}" if entry["goal"] else ""), flush=True)
+
+
+if __name__ == "__main__":
+    main()

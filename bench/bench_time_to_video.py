@@ -1,0 +1,286 @@
+"""Time to video as users see it: from a request to the finished MP4, in three process states.
+
+A user waits for the whole job, not for kernels: a CLI call is a new process, the first prompt
+after a ComfyUI launch is a new process with warm on-disk caches, a later prompt runs in a warm
+process. This benchmark times all three for the example portrait + speech and for a longer
+clip, with the real-architecture HuBERT-large (``bench/make_hubert_large.py``; the stand-in
+HuBERT only with ``--stub-hubert``, and the JSON says so):
+
+* ``first_ever``: a new process with empty Inductor, Triton and avatar caches;
+* ``new_process``: a new process with the caches the first one left (a ComfyUI relaunch, every
+  CLI call after the first);
+* ``warm_process``: a second job in the process of ``new_process``, with different audio and
+  the same portrait (ComfyUI's second prompt; the avatar cache hits).
+
+Every state runs in child processes (``--child``, spawned by this script) so imports and CUDA
+start-up are measured as a user pays them. Wall time runs from the spawn of the child to the
+MP4's rename into place; the breakdown lists imports, model loading, registration (cache miss,
+then hit), audio features, motion, render (warp+decode, put-back, encoding) and the writer's
+finalisation, and the engine's compile statistics.
+
+    python3 -m bench.bench_time_to_video --models $MODELS --hubert $HUBERT --out $OUT/ttv.json
+    python3 -m bench.bench_time_to_video --device cpu --stub-hubert --max-seconds 0.4 --clips example --no-compile
+
+``--models`` is a folder of official-layout checkpoints (written with ``--make-checkpoints KIT``
+from the parity kit's ``make_checkpoints.py`` when missing); face detection is off (random
+weights detect no face), so registration covers the crop, the appearance and motion extractors
+and the avatar cache.
+"""
+from __future__ import annotations
+
+import time
+
+_CHILD_START = time.time()  # before any import: the child's interpreter start-up is the parent's to time
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+REPO = Path(__file__).resolve().parents[1]  # not bench.scene's: importing it would import torch before the child times that
+
+GOALS = {
+    "example/background.warm_process.wall_s": ("<=", 1.5),
+    "example/background.new_process.wall_s": ("<=", 5.0),
+    "example/background.first_ever.wall_s": ("<=", 30.0),
+}
+
+
+# ------------------------------------------------------------------------------------ child
+
+
+def _child(args: argparse.Namespace) -> None:
+    """One process: imports, models, then one job per ``--job`` (audio path), JSON on stdout."""
+    times: dict[str, Any] = {}
+    start = time.time()
+    import torch
+
+    times["import_torch_s"] = time.time() - start
+    start = time.time()
+    from ditto_core.motion.motion_options import MotionOptions
+    from ditto_core.pipeline import DittoPipeline
+    from ditto_core.registration.options import RegistrationOptions
+
+    from .bench_common import compile_breakdown
+
+    times["import_ditto_s"] = time.time() - start
+    device = torch.device(args.device)
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[args.precision]
+    start = time.time()
+    pipeline = DittoPipeline.from_model_dir(args.models, device, dtype, cache_dir=Path(args.cache_root) / "avatars",
+                                            detect_face=False, compile=not args.no_compile, warmup=args.warmup)
+    pipeline.start_warmup()  # as the CLI and the Load Models node do
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    times["load_models_s"] = time.time() - start
+    times["hubert_backend"] = getattr(pipeline.hubert, "backend", "onnxruntime")
+    jobs = []
+    for index, audio in enumerate(args.job):
+        out = Path(args.out_dir) / f"job{index}.mp4"
+        start = time.time()
+        pipeline.run(args.image, audio, out, RegistrationOptions(detect_face=False), MotionOptions(steps=args.steps),
+                     crf=args.crf, preset=args.preset)
+        finished = time.time()
+        engine = next(iter(pipeline._engines.values()), None)
+        jobs.append({
+            "audio": str(audio), "job_s": finished - start,
+            "mp4_done_since_spawn_s": finished - args.spawned_at, "stages_s": dict(pipeline.times.seconds),
+            "engine": None if engine is None else vars(engine.stats).copy(),
+            "cuda_peak_mib": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
+        })
+    times["child_started_since_spawn_s"] = _CHILD_START - args.spawned_at
+    times["compile_breakdown"] = compile_breakdown() if not args.no_compile else None
+    print("RESULT " + json.dumps({"process": times, "jobs": jobs}, default=str), flush=True)
+
+
+# ----------------------------------------------------------------------------------- parent
+
+
+def _speech_variants(audio: Path, seconds: float, folder: Path) -> tuple[Path, Path]:
+    """Two different speech files of ``seconds``: the example looped, and the same reversed."""
+    import av
+    import numpy as np
+
+    with av.open(str(audio)) as container:
+        stream = container.streams.audio[0]
+        rate = stream.rate
+        samples = np.concatenate([f.to_ndarray().reshape(-1) for f in container.decode(stream)])
+    if samples.dtype != np.int16:
+        samples = (np.clip(samples, -1, 1) * 32767).astype(np.int16)
+    length = int(seconds * rate)
+    looped = np.resize(samples, length)
+    paths = []
+    for name, data in (("a", looped), ("b", looped[::-1].copy())):
+        path = folder / f"speech_{seconds:g}s_{name}.wav"
+        with av.open(str(path), "w") as container:
+            out = container.add_stream("pcm_s16le", rate=rate, layout="mono")
+            frame = av.AudioFrame.from_ndarray(data[None], format="s16", layout="mono")
+            frame.sample_rate = rate
+            for packet in out.encode(frame):
+                container.mux(packet)
+            for packet in out.encode(None):
+                container.mux(packet)
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def _run_child(args: argparse.Namespace, cache_root: Path, jobs: list[Path], work: Path, tag: str) -> dict[str, Any]:
+    env = dict(os.environ)
+    env.update({
+        "TORCHINDUCTOR_CACHE_DIR": str(cache_root / "inductor"),
+        "TRITON_CACHE_DIR": str(cache_root / "triton"),
+        "XDG_CACHE_HOME": str(cache_root / "xdg"),
+        "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
+    })
+    out_dir = work / tag
+    out_dir.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable]
+    if tag.endswith("profiled"):
+        command += ["-m", "cProfile", "-o", str(Path(args.profile_dir) / f"{tag}.pstats")]
+    command += ["-m", "bench.bench_time_to_video", "--child", "--models", str(args.models), "--image", str(args.image),
+                "--device", args.device, "--precision", args.precision, "--preset", args.preset, "--crf", str(args.crf),
+                "--steps", str(args.steps), "--cache-root", str(cache_root), "--out-dir", str(out_dir),
+                "--warmup", args.warmup]
+    if args.no_compile:
+        command.append("--no-compile")
+    for job in jobs:
+        command += ["--job", str(job)]
+    spawned = time.time()
+    command += ["--spawned-at", repr(spawned)]
+    try:
+        done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=args.child_timeout)
+    except subprocess.TimeoutExpired as timeout:
+        return {"error": f"child ran past --child-timeout {args.child_timeout} s", "stderr_tail": str(timeout.stderr)[-4000:]}
+    exited = time.time()
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        return {"error": f"child exited {done.returncode}", "stderr_tail": done.stderr[-4000:]}
+    result = json.loads(lines[-1][len("RESULT "):])
+    result["process"]["exit_since_spawn_s"] = exited - spawned
+    return result
+
+
+def _summarise(first: dict, second: dict) -> dict[str, Any]:
+    """The three states of one clip from its two child processes."""
+    def state(run: dict, job: int) -> dict[str, Any]:
+        if "error" in run:
+            return run
+        item = run["jobs"][job]
+        wall = item["mp4_done_since_spawn_s"] if job == 0 else item["job_s"]
+        return {"wall_s": wall, **({"process": run["process"]} if job == 0 else {}), **item}
+
+    return {"first_ever": state(first, 0), "new_process": state(second, 0), "warm_process": state(second, 1)}
+
+
+def _print_table(result: dict[str, Any]) -> None:
+    print(f"{'clip':<10} {'state':<14} {'wall s':>8}  breakdown")
+    for clip, states in result["clips"].items():
+        for name, state in states.items():
+            if "error" in state:
+                print(f"{clip:<10} {name:<14} {'error':>8}  {state['error']}")
+                continue
+            parts = dict(state.get("process", {}))
+            parts.update(state["stages_s"])
+            text = ", ".join(f"{k}={v:.2f}" for k, v in parts.items() if isinstance(v, float))
+            print(f"{clip:<10} {name:<14} {state['wall_s']:8.2f}  {text}")
+    for key, (op, goal) in GOALS.items():
+        clip, state, metric = key.split(".")
+        got = result["clips"].get(clip, {}).get(state, {}).get(metric)
+        verdict = "n/a" if got is None else ("met" if got <= goal else "NOT met")
+        print(f"goal {key} {op} {goal}: {got if got is None else round(got, 2)} ({verdict})")
+
+
+def _ensure_models(args: argparse.Namespace) -> None:
+    models = Path(args.models)
+    if not (models / "warp_network.pth").exists() and args.make_checkpoints:
+        subprocess.run([sys.executable, str(args.make_checkpoints), "--out", str(models), "--seed", "0"], check=True)
+    aux = models / "aux_models"
+    aux.mkdir(parents=True, exist_ok=True)
+    target = aux / "hubert_streaming_fix_kv.onnx"
+    if args.stub_hubert:
+        from ditto_core.audio.hubert_stub import write_stub_hubert
+
+        target.unlink(missing_ok=True)
+        write_stub_hubert(target)
+    else:
+        if args.hubert is None:
+            raise SystemExit("--hubert PATH (from bench/make_hubert_large.py) or --stub-hubert is required")
+        if target.is_symlink() or target.exists():
+            target.unlink()
+        target.symlink_to(Path(args.hubert).resolve())
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    if "--child" in (sys.argv[1:] if argv is None else argv):
+        portraits = speeches = ()  # the child is told its inputs; it must not import torch before timing it
+    else:
+        from .scene import PORTRAIT_CANDIDATES as portraits, SPEECH_CANDIDATES as speeches
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", type=Path, required=True, help="official-layout checkpoint folder")
+    parser.add_argument("--make-checkpoints", type=Path, default=None,
+                        help="the parity kit's make_checkpoints.py, to fill --models when it is empty")
+    parser.add_argument("--hubert", type=Path, default=None, help="HuBERT-large ONNX (bench/make_hubert_large.py)")
+    parser.add_argument("--stub-hubert", action="store_true", help="the stand-in HuBERT instead (not what users run)")
+    parser.add_argument("--image", type=Path, default=next((p for p in portraits if p.is_file()), None))
+    parser.add_argument("--audio", type=Path, default=next((p for p in speeches if p.is_file()), None))
+    parser.add_argument("--clips", nargs="+", default=["example", "60s"], help="example and/or <N>s")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--precision", default="fp16", choices=("fp32", "fp16", "bf16"))
+    parser.add_argument("--preset", default="ultrafast")
+    parser.add_argument("--crf", type=int, default=18)
+    parser.add_argument("--steps", type=int, default=25)
+    parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--warmups", nargs="+", default=["background"], choices=("background", "foreground"),
+                        help="engine warm-up variants, each with its own caches, side by side")
+    parser.add_argument("--max-seconds", type=float, default=None, help="trim every clip (CPU smoke runs)")
+    parser.add_argument("--profile", action="store_true", help="after the timed runs, one more new-process child under cProfile (pstats into --profile-dir)")
+    parser.add_argument("--profile-dir", type=Path, default=Path("bench/results"))
+    parser.add_argument("--child-timeout", type=float, default=400)
+    parser.add_argument("--out", type=Path, default=None)
+    # child-only
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--warmup", default="background", help=argparse.SUPPRESS)
+    parser.add_argument("--job", type=Path, action="append", default=[], help=argparse.SUPPRESS)
+    parser.add_argument("--cache-root", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--out-dir", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--spawned-at", type=float, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        _child(args)
+        return
+    _ensure_models(args)
+    args.profile_dir.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {"config": {k: str(v) for k, v in vars(args).items()}, "clips": {}}
+    with tempfile.TemporaryDirectory(prefix="ttv_") as tmp:
+        work = Path(tmp)
+        for clip in args.clips:
+            seconds = None if clip == "example" else float(clip.rstrip("s"))
+            if seconds is None:
+                import av
+
+                with av.open(str(args.audio)) as container:
+                    seconds = float(container.duration / 1e6)
+            jobs = list(_speech_variants(args.audio, min(seconds, args.max_seconds or seconds), work))
+            for warmup in args.warmups:
+                args.warmup = warmup
+                name = f"{clip}/{warmup}"
+                cache_root = work / f"cache_{clip}_{warmup}"  # empty: the first child is a first-ever run
+                first = _run_child(args, cache_root, jobs[:1], work, f"{clip}_{warmup}_first_ever")
+                second = _run_child(args, cache_root, jobs, work, f"{clip}_{warmup}_new_process")
+                result["clips"][name] = _summarise(first, second)
+                if args.profile:  # a third child, profiled: its times are inflated, only its call tree is kept
+                    _run_child(args, cache_root, jobs[:1], work, f"{clip}_{warmup}_profiled")
+    result["goals"] = {k: {"op": op, "value": v} for k, (op, v) in GOALS.items()}
+    _print_table(result)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""The command line: every option checked, by its flag's name, before anything loads; help for
+every flag; one line for a machine without the asked-for GPU; progress with an ETA."""
+import argparse
+import io
+
+import pytest
+import torch
+
+from ditto_core import __main__ as cli
+from ditto_core.motion.motion_options import EMOTIONS
+from ditto_core.pipeline import DittoPipeline
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    image, audio = tmp_path / "portrait.jpg", tmp_path / "speech.wav"
+    image.write_bytes(b"not decoded before the options are checked")
+    audio.write_bytes(b"nor this")
+    return ["render", "--image", str(image), "--audio", str(audio), "--out", str(tmp_path / "out" / "talk.mp4"),
+            "--models", str(tmp_path / "no_models")]
+
+
+@pytest.fixture
+def no_heavy_work(monkeypatch):
+    """Fails the test if a pipeline is built: a refused option must stop before that."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the pipeline was built before the options were checked")
+
+    monkeypatch.setattr(DittoPipeline, "from_model_dir", classmethod(refuse))
+    monkeypatch.setattr(DittoPipeline, "random", classmethod(refuse))
+
+
+def _refused(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as caught:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert caught.value.code == 2 and "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and lines[1] == "(all options: python -m ditto_core render --help)", err
+    return lines[0]
+
+
+@pytest.mark.parametrize("flag, value, reason", [
+    ("--crf", "60", "60 is out of range: 0 to 51"),
+    ("--crf", "high", "'high' is not a whole number"),
+    ("--preset", "fastest", "invalid choice: 'fastest'"),
+    ("--steps", "0", "0 is out of range: 1 to 1000"),
+    ("--seed", "-1", "-1 is out of range"),
+    ("--emo", "joy", "'joy' is not an emotion"),
+    ("--blinks", "-2", "-2 is out of range: -1 or more"),
+    ("--batch-size", "-1", "-1 is out of range: 0 or more"),
+    ("--max-seconds", "0", "must be a positive number of seconds"),
+    ("--max-seconds", "nan", "must be a positive number of seconds"),
+    ("--precision", "fp8", "invalid choice: 'fp8'"),
+    ("--lmdm-precision", "fp16", "invalid choice: 'fp16'"),
+    ("--out", "talk.avi", "does not end in .mp4"),
+    ("--device", "tpu", "is not a device"),
+])
+def test_a_bad_option_is_refused_by_its_flag_before_any_work(inputs, no_heavy_work, capsys, flag, value, reason):
+    argv = list(inputs)
+    if flag in argv:
+        argv[argv.index(flag) + 1] = value
+    else:
+        argv += [flag, value]
+    line = _refused(argv, capsys)
+    assert line.startswith(f"python -m ditto_core render: error: argument {flag}: ") and reason in line, line
+    assert "MotionOptions" not in line and "VideoWriter" not in line
+
+
+def test_inputs_are_checked_before_the_model_files(inputs, no_heavy_work, capsys, tmp_path):
+    argv = list(inputs)
+    argv[argv.index("--image") + 1] = str(tmp_path / "missing.jpg")
+    line = _refused(argv, capsys)
+    assert "argument --image: " in line and "missing.jpg does not exist" in line and "model" not in line
+    argv = list(inputs)
+    argv[argv.index("--audio") + 1] = str(tmp_path)
+    line = _refused(argv, capsys)
+    assert "argument --audio: " in line and "is a folder" in line
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_cuda_without_cuda_is_one_line(inputs, no_heavy_work, capsys):
+    line = _refused(inputs + ["--device", "cuda"], capsys)
+    assert "argument --device: cuda was asked for, but PyTorch sees no CUDA GPU here" in line and "--device cpu" in line
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the default device is CUDA")
+def test_half_precision_on_the_cpu_is_refused(inputs, no_heavy_work, capsys):
+    assert "argument --precision: fp16 is a GPU fast path" in _refused(inputs + ["--precision", "fp16"], capsys)
+
+
+def test_emotions_by_name_or_number(inputs):
+    for index, name in enumerate(EMOTIONS):
+        for given in (name, str(index)):
+            assert cli.build_parser().parse_args(inputs + ["--emo", given]).emo == index
+
+
+def test_every_flag_has_help():
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == {"render", "download", "convert-weights"}
+    for name, command in sub.choices.items():
+        for action in command._actions:
+            if not isinstance(action, argparse._HelpAction):
+                assert action.help and action.help != argparse.SUPPRESS, f"{name} {action.option_strings or action.dest}"
+    # The help text lists the emotions the library knows, in its order.
+    assert cli.EMOTION_HELP == ", ".join(f"{i} {e}" for i, e in enumerate(EMOTIONS))
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_progress_reports_stages_then_frames_with_rate_and_eta():
+    clock, out = FakeClock(), io.StringIO()
+    progress = cli.TerminalProgress(out, clock)
+    compiles = [True]
+    progress.compiling = lambda: compiles[0]
+    clock.now += 2.5
+    progress.status("loading the models from models/ditto")
+    progress(4, 100)  # the eager first batch; the next one compiles
+    compiles[0] = False
+    for done in range(36, 101, 32):
+        clock.now += 30.0 if done == 36 else 1.0  # the compile stalls the second report only
+        progress(done, 100)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "[   2.5 s] loading the models from models/ditto..."
+    assert "compiling the render engine" in lines[1] and sum("compiling" in x for x in lines) == 1
+    # Into a file: one line per tenth reached, the last at 100 %.
+    frames = [x for x in lines if x.startswith("rendering")]
+    assert frames[0] == "rendering 4/100 frames (4%)" and frames[-1].startswith("rendering 100/100 frames (100%)")
+    # 96 frames in 32 s, the compile still inside the window of reports -> 3 frames/s.
+    assert frames[-1] == "rendering 100/100 frames (100%), 3.0 frames/s, ETA 0:00"
+
+
+def test_eta_counts_only_the_recent_batches():
+    clock, out = FakeClock(), io.StringIO()
+    progress = cli.TerminalProgress(out, clock)
+    progress(0, 1000)
+    clock.now += 60.0  # a long compile
+    for done in range(10, 110, 10):
+        progress(done, 1000)
+        clock.now += 1.0
+    # The window has dropped the compile: 10 frames a second, 900 frames left.
+    assert progress.line(100, 1000) == "rendering 100/1000 frames (10%), 10.0 frames/s, ETA 1:30"
