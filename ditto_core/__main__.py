@@ -350,7 +350,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
-        print(f"interrupted ({exc or 'Ctrl-C'}): nothing was written", file=sys.stderr)
+        print(f"interrupted ({str(exc) or 'Ctrl-C'}): nothing was written", file=sys.stderr)
         return exit_status(exc)
 
 

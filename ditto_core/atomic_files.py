@@ -79,6 +79,9 @@ class DiskFullError(DittoError, OSError):
     def __str__(self) -> str:
         return self.message
 
+    def __reduce__(self):  # crosses process boundaries whole (batch workers, multiprocessing)
+        return type(self), (self.message, self.errno, self.folder, self.needed, self.free)
+
 
 # ---------------------------------------------------------------------------------- owners
 
@@ -195,7 +198,8 @@ def temp_sibling(target: PathLike, *, suffix: str = ".tmp", directory: bool = Fa
 def _fsync_path(path: Path, directory: bool) -> None:
     if directory and os.name != "posix":
         return  # folders cannot be opened, nor need syncing, on Windows
-    fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
+    # A file is opened for writing: Windows refuses to sync a read-only descriptor.
+    fd = os.open(path, (os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)) if directory else os.O_RDWR)
     try:
         os.fsync(fd)
     except OSError as exc:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Hashable, Optional, TypeVar
 
 import torch
 from torch import Tensor
@@ -61,6 +62,25 @@ class StageTimes:
         self.seconds[stage] = time.perf_counter() - start
 
 
+KEPT_SETTINGS = 4
+"""Samplers and engines a pipeline keeps, the most recently used: each holds CUDA graphs (a
+device memory pool and host-side state), so a long session trying many step counts or batch
+sizes must not keep one per value it ever used."""
+
+_Kept = TypeVar("_Kept")
+
+
+def _most_recent(kept: OrderedDict, key: Hashable, build: Callable[[], _Kept]) -> _Kept:
+    """``kept[key]``, built on first use; the least recently used beyond KEPT_SETTINGS are dropped."""
+    if key in kept:
+        kept.move_to_end(key)
+    else:
+        kept[key] = build()
+        while len(kept) > KEPT_SETTINGS:
+            kept.popitem(last=False)
+    return kept[key]
+
+
 class DittoPipeline:
     """All loaded models plus the per-run state worth keeping (CUDA graphs, compiled engine).
 
@@ -89,8 +109,8 @@ class DittoPipeline:
         self.warmup = warmup  # how the warp+decode graph is compiled (WarpDecodeEngine's ``warmup``)
         self.compile_min_frames = compile_min_frames  # shorter clips render eagerly until a graph exists
         self.times = StageTimes()
-        self._samplers: dict[tuple[int, str, bool], DDIMSampler] = {}
-        self._engines: dict[tuple[int, bool], WarpDecodeEngine] = {}
+        self._samplers: OrderedDict[tuple[int, str, bool], DDIMSampler] = OrderedDict()
+        self._engines: OrderedDict[tuple[int, bool], WarpDecodeEngine] = OrderedDict()
 
     @property
     def device(self) -> torch.device:
@@ -161,10 +181,8 @@ class DittoPipeline:
 
     def sampler(self, steps: int, precision: str = "fp32", compile: bool = False) -> DDIMSampler:
         """One sampler per setting, kept so its captured CUDA graphs (and compiled steps) are reused."""
-        key = (steps, precision, compile)
-        if key not in self._samplers:
-            self._samplers[key] = DDIMSampler(self.models.lmdm, steps=steps, precision=precision, compile=compile)
-        return self._samplers[key]
+        return _most_recent(self._samplers, (steps, precision, compile), lambda: DDIMSampler(
+            self.models.lmdm, steps=steps, precision=precision, compile=compile))
 
     def motion(
         self, source: SourceInfo, audio: AudioFeatures, options: MotionOptions,
@@ -215,12 +233,9 @@ class DittoPipeline:
     def engine(self, batch_size: Optional[int] = None, compile: Optional[bool] = None) -> WarpDecodeEngine:
         """The warp+decode engine for these settings (default: the pipeline's), kept with its graphs."""
         key = (self.batch_size if batch_size is None else batch_size, self.compile if compile is None else compile)
-        if key not in self._engines:
-            self._engines[key] = WarpDecodeEngine(
-                self.models.warp_network, self.models.decoder, batch_size=key[0], compile=key[1], warmup=self.warmup,
-                compile_min_frames=self.compile_min_frames,
-            )
-        return self._engines[key]
+        return _most_recent(self._engines, key, lambda: WarpDecodeEngine(
+            self.models.warp_network, self.models.decoder, batch_size=key[0], compile=key[1], warmup=self.warmup,
+            compile_min_frames=self.compile_min_frames))
 
     def start_warmup(self) -> None:
         """Start compiling the default engine's graph for an image source now, in the background.

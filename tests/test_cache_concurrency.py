@@ -28,6 +28,7 @@ def _hammer_cache(root: str, writer: int, seconds: float) -> dict:
     # Sizes differ per writer, so a mixture of two writers' files cannot pass for an entry.
     mine = {"f_s": torch.full((1, 8 + writer, 64, 64), float(writer)), "M_c2o": torch.full((1, 3, 3), float(writer))}
     counts = {"stored": 0, "loaded": 0, "missed": 0, "writers_seen": set()}
+    _start_together(Path(root).parent / "ready", writer)
     deadline = time.monotonic() + seconds
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a damaged entry warns: fail on it
@@ -46,6 +47,15 @@ def _hammer_cache(root: str, writer: int, seconds: float) -> dict:
                 counts["loaded"] += 1
                 counts["writers_seen"].add(who)
     return counts
+
+
+def _start_together(folder: Path, worker: int) -> None:
+    """Return once all WORKERS workers have called this (so their loops overlap however slowly
+    each one started)."""
+    folder.mkdir(exist_ok=True)
+    (folder / str(worker)).touch()
+    while len(list(folder.iterdir())) < WORKERS:
+        time.sleep(0.01)
 
 
 def _spawn_pool():

@@ -176,16 +176,16 @@ PEAK_DRIFT = 64 * MiB  # peak during a run, vs the first run's
 RSS_DRIFT = 256 * MiB  # host RSS after a run, vs at the end of the warm-up (allocator arenas, encoder threads)
 RSS_SLOPE = 1 * MiB  # host RSS growth a render after the warm-up: 1 GiB over a 1000-render server day
 SOAK_RENDERS = int(os.environ.get("DITTO_SOAK_RENDERS", "20"))
-DECISIVE_RENDERS = 100  # this many renders must tell "bounded" from "grows"; fewer may leave it undecided
+DECISIVE_RENDERS = 100  # from this many renders on, the RSS slope must be shown bounded (printed before)
 
 
 @pytest.mark.gpu
 @pytest.mark.reliability(area="Soak and faults", case="20 consecutive renders of the basic workflow (GPU; "
                                                       "DITTO_SOAK_RENDERS=100 for 100)",
                          behaviour="VRAM allocated and peak stay flat after the first render (16 / 64 MiB); after a "
-                                   "warm-up (a fifth of the renders) host RSS stays within 256 MiB and its "
-                                   "least-squares slope is not surely above 1 MiB a render (with 100 renders: surely "
-                                   "below); slope, standard error and RSS split printed")
+                                   "warm-up (a fifth of the renders) host RSS stays within 256 MiB; with 100 renders "
+                                   "its least-squares slope must be surely (2 standard errors) below 1 MiB a render, "
+                                   "else the test says it grows or is undecided; fit and RSS split printed")
 def test_twenty_renders_keep_memory_flat(tmp_path, example_dir):
     pipe = DittoPipeline.random(tmp_path, device="cuda", compile=True, batch_size=8)
     pipe.cache = AvatarCache(tmp_path / "cache")
@@ -219,10 +219,12 @@ def test_twenty_renders_keep_memory_flat(tmp_path, example_dir):
     assert drift["allocated"] <= VRAM_DRIFT, f"VRAM grew {drift['allocated'] / MiB:.1f} MiB after the first render"
     assert drift["peak"] <= PEAK_DRIFT, f"peak VRAM grew {drift['peak'] / MiB:.1f} MiB after the first render"
     assert drift["rss"] <= RSS_DRIFT, f"host RSS grew {drift['rss'] / MiB:.1f} MiB after render {settled + 1}"
-    assert verdict != "grows", (f"host memory leaks: {trend.describe()}, surely above the "
+    if SOAK_RENDERS < DECISIVE_RENDERS:
+        return  # a short run's slope can still be the warm-up's tail: printed, not judged
+    assert verdict != "grows", (f"host memory keeps growing: {trend.describe()}, surely above the "
                                 f"{RSS_SLOPE / MiB:.0f} MiB a render allowed")
-    assert verdict == "bounded" or SOAK_RENDERS < DECISIVE_RENDERS, (
-        f"{SOAK_RENDERS} renders could not tell whether host memory levels off: {trend.describe()}")
+    assert verdict == "bounded", (f"{SOAK_RENDERS} renders could not tell whether host memory levels off: "
+                                  f"{trend.describe()}")
 
 
 def _engine(pipe: DittoPipeline, batch_size: int, compile: bool) -> WarpDecodeEngine:

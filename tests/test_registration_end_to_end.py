@@ -231,6 +231,30 @@ def test_cancel_leaves_no_cache_entry(tmp_path, portrait):
     assert not cache.root.exists() or not any(cache.root.iterdir())
 
 
+@pytest.mark.reliability(area="Files and processes", case="disk full while the avatar cache entry is written (injected "
+                                                          "ENOSPC)",
+                         behaviour="registration succeeds, warns once naming the cache folder and the space the entry "
+                                   "needs; no entry or temporary is left")
+def test_full_disk_costs_only_the_cache(tmp_path, portrait, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    cache = AvatarCache(tmp_path / "cache")
+    real_write = Path.write_bytes
+
+    def full(path, data):
+        if path.name == "tensors.safetensors":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(path, data)
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    expected = r"avatar cache .*out of disk space in .*cache.*needs [0-9.]+ [KM]iB"
+    with pytest.warns(RuntimeWarning, match=expected) as record:
+        source = register_avatar(portrait, _tiny_extractors(), _aux(tmp_path), device="cpu", cache=cache)
+    assert source.f_s.shape[0] == 1 and len([w for w in record if "disk space" in str(w.message)]) == 1
+    assert list(cache.root.iterdir()) == []
+
+
 @pytest.mark.gpu
 def test_gpu_registration_and_fast_cache_hit(tmp_path, portrait, official_ckpt_dir):
     device = torch.device("cuda")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ditto_core.__main__ import main
-from ditto_core.signals import terminate_as_interrupt
+from ditto_core.signals import Terminated, terminate_as_interrupt
 from tests.process_support import REPO, LiveTemp, python_child, stale_temp
 
 AREA = "Files and processes"
@@ -100,7 +100,7 @@ def test_cli_killed_by_sigterm_mid_render_leaves_nothing(tmp_path):
     child = subprocess.Popen(
         [sys.executable, "-m", "ditto_core", "render", "--image", str(image), "--audio", str(audio),
          "--out", str(out_dir / "clip.mp4"), "--random-weights", "--device", "cpu", "--steps", "2",
-         "--preset", "ultrafast", "--max-seconds", "0.4", "--batch-size", "2"],
+         "--preset", "ultrafast", "--max-seconds", "0.2", "--batch-size", "1"],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         shown = b""
@@ -140,3 +140,16 @@ def test_cli_reaps_dead_renders_temporaries_in_its_output_folder(tmp_path, capsy
         assert code == 2  # no models: fails after the clean-up, before any rendering
         assert not stale.exists() and live.path.exists() and (tmp_path / "earlier.mp4").exists()
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("interrupt, status, says", [(KeyboardInterrupt(), 130, "Ctrl-C"),
+                                                     (Terminated(signal.SIGTERM), 143, "SIGTERM")])
+def test_cli_exit_status_names_the_interrupt(monkeypatch, capsys, interrupt, status, says):
+    import ditto_core.__main__ as cli
+
+    def interrupted(args):
+        raise interrupt
+
+    monkeypatch.setattr(cli, "_convert", interrupted)
+    assert main(["convert-weights", "src", "dst"]) == status
+    assert says in capsys.readouterr().err.split(":")[0]
