@@ -284,6 +284,9 @@ def main(argv: Optional[list[str]] = None) -> None:
                 first = _run_child(args, cache_root, jobs[:1], work, f"{clip}_{warmup}_first_ever")
                 second = _run_child(args, cache_root, jobs, work, f"{clip}_{warmup}_new_process")
                 result["clips"][name] = _summarise(first, second)
+                if args.out:  # after every variant: a run stopped by its time limit keeps what it measured
+                    args.out.parent.mkdir(parents=True, exist_ok=True)
+                    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
                 if args.profile:  # a third child, profiled: its times are inflated, only its call tree is kept
                     _run_child(args, cache_root, jobs[:1], work, f"{clip}_{warmup}_profiled")
     result["goals"] = {k: {"op": op, "value": v} for k, (op, v) in GOALS.items()}

@@ -26,10 +26,8 @@ precision, which is exactly what must stay float32.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -41,6 +39,7 @@ from torch import Tensor, nn
 
 from ..compilation import announce_once, compile_available, compile_failures, reset_compiled_state
 from ..errors import DittoError, InputError
+from ..gil_turns import short_gil_turns
 from ..models.keypoints import NUM_KP
 from ..models.triton_kernels import triton_kernels_supported, use_triton_kernels_
 from ..motion.motion_sequence import MotionSequence
@@ -265,7 +264,7 @@ class WarpDecodeEngine(nn.Module):
             self._warm_up(warm, shared_volume, volume_shape)
 
     def _warm_up_in_background(self, warm: _Warmup, shared_volume: bool, volume_shape: tuple[int, ...]) -> None:
-        with _short_gil_turns():
+        with short_gil_turns():  # the rendering thread's torch ops would wait 5 ms a turn otherwise
             self._warm_up(warm, shared_volume, volume_shape)
 
     def _room_for_two_batches(self) -> bool:
@@ -442,30 +441,3 @@ def _pad_keypoints(kp: Tensor, size: int, device: torch.device) -> Tensor:
 
 def _announce_eager(why: str) -> None:
     announce_once(log, f"Ditto warp+decode runs eagerly (no CUDA graphs): {why}")
-
-
-@contextlib.contextmanager
-def _short_gil_turns(seconds: float = 2e-4) -> Iterator[None]:
-    """Hand the GIL over every ``seconds`` while a background compile runs.
-
-    Dynamo and Inductor hold the GIL for long stretches of Python; every torch op of the
-    rendering thread releases it and then waits up to the switch interval (5 ms by default) to
-    get it back, which makes eager rendering and motion sampling beside a compile several times
-    slower. The interval is process-wide: it is restored when the last warm-up ends.
-    """
-    with _GIL_TURNS_LOCK:
-        if not _GIL_TURNS:
-            _GIL_TURNS.append(sys.getswitchinterval())
-            sys.setswitchinterval(seconds)
-        _GIL_TURNS.append(seconds)
-    try:
-        yield
-    finally:
-        with _GIL_TURNS_LOCK:
-            _GIL_TURNS.pop()
-            if len(_GIL_TURNS) == 1:
-                sys.setswitchinterval(_GIL_TURNS.pop())
-
-
-_GIL_TURNS: list[float] = []  # [interval before the first warm-up, one entry per running warm-up]
-_GIL_TURNS_LOCK = threading.Lock()

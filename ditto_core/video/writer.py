@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
-from typing import Dict, List, Mapping, NoReturn, Optional, Tuple, Type, Union
+from typing import Callable, Dict, List, Mapping, NoReturn, Optional, Tuple, Type, Union
 
 import numpy as np
 import torch
@@ -33,6 +33,7 @@ from torch import Tensor
 
 from ..atomic_files import DiskFullError, discard, disk_full_error
 from ..errors import DittoError, InputError
+from ..gil_turns import short_gil_turns
 from ..host_memory import trim_host_heap
 from .colour import pad_to_even, rgb_to_yuv420p
 from .encoder import (
@@ -189,11 +190,13 @@ class VideoWriter:
             self._joiner = None
             self._final = SegmentEncoder(self.path, self.settings, audio=audio, whole=True, metadata=metadata)
         self._threads = [
-            threading.Thread(target=self._encode_loop, name=f"ditto-video-encoder-{i}", daemon=True)
+            threading.Thread(target=_in_short_gil_turns, args=(self._encode_loop,), name=f"ditto-video-encoder-{i}",
+                             daemon=True)
             for i in range(encoders)
         ]
         if parallel:
-            self._threads.append(threading.Thread(target=self._join_loop, name="ditto-video-joiner", daemon=True))
+            self._threads.append(threading.Thread(target=_in_short_gil_turns, args=(self._join_loop,),
+                                                  name="ditto-video-joiner", daemon=True))
         for thread in self._threads:
             thread.start()
 
@@ -478,3 +481,9 @@ class VideoWriter:
         """True once input has ended and every segment before ``index`` is joined (lock held)."""
         return self._input_ended and index >= self._job_count
 
+
+def _in_short_gil_turns(loop: Callable[[], None]) -> None:
+    """An encoder or joiner thread's loop: its Python between packets must not hold the GIL for
+    the switch interval while the render thread waits to issue its next op (:mod:`..gil_turns`)."""
+    with short_gil_turns():
+        loop()
