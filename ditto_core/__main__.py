@@ -1,4 +1,4 @@
-"""Command line: ``python -m ditto_core {render,convert-weights} ...``.
+"""Command line: ``python -m ditto_core {render,convert-weights,batch} ...``.
 
 Headless use without ComfyUI: the same library calls the nodes make.
 """
@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from .batch import cli as batch_cli
 from .errors import DittoError
 
 
@@ -68,9 +69,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_render(sub)
     _add_convert(sub)
+    batch_cli.add_parser(sub)
     args = parser.parse_args(argv)
     try:
-        return {"render": _render, "convert-weights": _convert}[args.command](args)
+        return {"render": _render, "convert-weights": _convert, "batch": batch_cli.run}[args.command](args)
     except DittoError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

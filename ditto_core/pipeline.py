@@ -12,7 +12,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 from torch import Tensor
@@ -247,14 +247,20 @@ class DittoPipeline:
         """Warp+decode, paste back and encode, batch by batch; the MP4 appears only on success."""
         start = time.perf_counter()
         height, width = source.frames.shape[1:3]
-        engine = self.engine()
         with VideoWriter(out_path, width=width, height=height, fps=motion.fps, crf=crf, preset=preset,
                          audio=audio) as writer:
-            for first, renders in engine.iter_render(source, motion, progress):
-                index = motion.source_index[first:first + renders.shape[0]]
-                writer.write(paste_back(source.frames, renders, source.M_c2o, source_index=index))
+            for frames in self.iter_frames(source, motion, progress):
+                writer.write(frames)
         self.times.record("render_video", start, self.device)
         return Path(out_path)
+
+    def iter_frames(
+        self, source: SourceInfo, motion: MotionSequence, progress: Optional[ProgressCallback] = None
+    ) -> Iterator[Tensor]:
+        """The finished video frames batch by batch, in order: (n, H, W, 3) uint8 on the device."""
+        for first, renders in self.engine().iter_render(source, motion, progress):
+            index = motion.source_index[first:first + renders.shape[0]]
+            yield paste_back(source.frames, renders, source.M_c2o, source_index=index)
 
     # -- everything -------------------------------------------------------------------------
 
