@@ -117,7 +117,7 @@ def test_abort_leaves_no_file_and_close_after_abort_is_a_no_op(tmp_path):
 
 
 def test_encoder_error_reaches_the_producer(tmp_path, monkeypatch):
-    def broken(self, frames):
+    def broken(self, encoder, chunk):
         raise OSError("disk full")
 
     monkeypatch.setattr(VideoWriter, "_encode_chunk", broken)

@@ -1,46 +1,76 @@
-"""Streaming MP4 writer: H.264 (libx264, yuv420p) plus optional AAC audio, through PyAV.
+"""Streaming MP4 writer: H.264 (libx264, yuv420p, BT.709) plus optional AAC audio, through PyAV.
 
-Frames are copied off the GPU in chunks into a fixed pool of host buffers (pinned when they
-come from CUDA, so the copy runs asynchronously) and handed to an encoder thread. Encoding
-therefore overlaps the producer, and host memory stays bounded by the pool whatever the clip
-length. The file is written under a temporary name in the target folder and renamed over the
-target only once it is complete: a failed or cancelled run leaves nothing behind.
+Frames arrive as RGB in batches. CUDA frames are converted to yuv420p on the GPU
+(:mod:`~ditto_core.video.colour`), so only 1.5 bytes a pixel cross PCIe, into a fixed pool
+of pinned host buffers (asynchronously); host frames are copied into the pool as RGB and
+converted by swscale in the encoder threads. Host memory therefore stays bounded by the pool
+whatever the clip length.
+
+With one encoder, one libx264 instance encodes the whole clip into the MP4 with the audio.
+With several, the clip is cut into GOP-aligned segments of ``segment_frames`` frames; segment
+k goes to whichever encoder thread is free (PyAV releases the GIL inside libx264, so the
+instances run concurrently), each into a scratch file beside the target, and a joiner thread
+remuxes the finished segments in order into the MP4, with the audio, without re-encoding
+(:class:`~ditto_core.video.encoder.Mp4Joiner`), deleting each once joined.
+
+The MP4 is written under a temporary name in the target folder and renamed over the target
+only once it is complete: a failure in any thread, or an interruption, leaves nothing behind.
 """
 from __future__ import annotations
 
 import os
 import queue
-import tempfile
 import threading
-from fractions import Fraction
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Optional, Sequence, Tuple, Type, Union
+from typing import Dict, List, Optional, Tuple, Type, Union
 
-import av
 import numpy as np
 import torch
 from torch import Tensor
 
 from ..errors import DittoError, InputError
 from ..host_memory import trim_host_heap
+from .colour import pad_to_even, rgb_to_yuv420p
+from .encoder import (
+    X264_PRESETS, EncoderSettings, Mp4Joiner, Segment, SegmentEncoder, Waveform, check_encoder_options,
+    check_frames, default_encoders, default_preset, disk_full_error, discard, prepare_audio,
+)
 
-Waveform = Union[np.ndarray, Tensor]
-
-X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
-"""libx264's speed/size presets, fastest first."""
-
-# Rates the AAC encoder takes as they are; anything else is resampled to 48 kHz first.
-_AAC_RATES = frozenset({7350, 8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000, 64000, 88200, 96000})
-_AAC_FALLBACK_RATE = 48000
-_LAYOUTS = {1: "mono", 2: "stereo"}
+__all__ = ["VideoWriter", "X264_PRESETS", "check_encoder_options", "default_encoders", "default_preset"]
 
 # Frames per host-copy chunk: big enough to amortise a transfer, small enough that the encoder
 # starts on the first frames while the rest of a batch is still being copied.
 _CHUNK_FRAMES = 4
 
-# How often a producer blocked on the buffer pool checks that the encoder thread is alive.
+# How often a thread blocked on a queue checks that the others are still alive.
 _POLL_SECONDS = 0.5
+
+# Seconds of video per segment when encoding in parallel: each segment starts with an IDR
+# frame (a little size at the same quality), and the pool must hold about one segment per
+# encoder for all of them to stay busy.
+_SEGMENT_SECONDS = 2.0
+
+# The default pool never takes more host memory than this (whatever the frame size).
+_DEFAULT_POOL_BYTES = 1 << 30
+
+
+@dataclass
+class _Chunk:
+    buffer: Tensor  # flat uint8 host buffer from the pool
+    count: int  # frames in it
+    yuv: bool  # packed yuv420p (from the GPU) or padded RGB
+    ready: Optional[torch.cuda.Event]  # set once the device-to-host copy has landed
+
+
+@dataclass
+class _Job:
+    """One segment: its frames arrive on ``chunks``, a None ends them."""
+
+    index: int
+    first_frame: int
+    chunks: "queue.Queue[Optional[_Chunk]]"
 
 
 class VideoWriter:
@@ -59,12 +89,18 @@ class VideoWriter:
             repeating the last column/row, so the video is then one pixel wider/taller.
         fps: frame rate (fractional rates such as 29.97 are stored as 30000/1001).
         crf: x264 constant rate factor, 0 (lossless) to 51; 18 is visually lossless.
-        preset: x264 preset, ``"ultrafast"`` ... ``"veryslow"``.
+        preset: x264 preset, ``"ultrafast"`` ... ``"veryslow"``; None: :func:`default_preset`
+            for this host's CPU count.
         audio: ``(waveform, sample_rate)`` with a float waveform of shape (C, T) or (T,) in
             [-1, 1]; muxed as AAC, cut or padded with silence to the video length. More than two
             channels are mixed down to mono (the mix the lip motion was computed from).
-        queue_frames: frames buffered on the host between producer and encoder; bounds host
-            memory at about ``queue_frames * width * height * 3`` bytes.
+        encoders: concurrent libx264 instances; None: :func:`default_encoders` (one per four
+            cores). With more than one, each gets ``cpu_count // encoders`` threads.
+        segment_frames: frames per segment (and GOP) when ``encoders > 1``; None: two seconds.
+        queue_frames: frames buffered on the host between producer and encoders; bounds host
+            memory at about ``queue_frames * width * height * 3`` bytes (half that for CUDA
+            frames, which arrive as yuv420p). None: 32 for one encoder, otherwise enough for
+            one segment per encoder, at most 1 GiB.
     """
 
     def __init__(
@@ -75,42 +111,66 @@ class VideoWriter:
         height: int,
         fps: float = 25.0,
         crf: int = 18,
-        preset: str = "medium",
+        preset: Optional[str] = None,
         audio: Optional[Tuple[Waveform, int]] = None,
-        queue_frames: int = 32,
+        encoders: Optional[int] = None,
+        segment_frames: Optional[int] = None,
+        queue_frames: Optional[int] = None,
     ) -> None:
-        _check_settings(width, height, fps, crf, queue_frames)
-        check_encoder_options(crf, preset)
+        cores = os.cpu_count() or 1
+        encoders = default_encoders(cores) if encoders is None else encoders
+        for name, value in (("encoders", encoders), ("segment_frames", segment_frames),
+                            ("queue_frames", queue_frames)):
+            if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise InputError(f"VideoWriter: {name} must be a positive integer, got {value!r}")
+        settings = EncoderSettings(width, height, fps, crf, default_preset(cores) if preset is None else preset)
+        parallel = encoders > 1
+        if parallel:
+            segment_frames = segment_frames or max(1, round(_SEGMENT_SECONDS * settings.fps))
+            settings = replace(settings, gop_frames=segment_frames, threads=max(1, cores // encoders))
+        self.settings = settings
         self.path = Path(path)
         self.width, self.height = width, height
-        self._fps = Fraction(fps).limit_denominator(1001)
-        self._padded = (height + height % 2, width + width % 2)
-        self._audio = _prepare_audio(audio) if audio is not None else None
-
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temp_name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.stem}.", suffix=".part.mp4")
-        os.close(handle)
-        self._temp_path = Path(temp_name)
-        try:
-            self._container = av.open(str(self._temp_path), mode="w", format="mp4")
-            self._video = self._add_video_stream(crf, preset)
-            self._audio_stream = self._add_audio_stream() if self._audio is not None else None
-        except BaseException:
-            self._discard_file()
-            raise
-
+        self.encoders = encoders
+        self.segment_frames = segment_frames if parallel else None
+        self._padded = self.settings.padded
+        frame_bytes = self._padded[0] * self._padded[1] * 3
+        if queue_frames is None:
+            wanted = encoders * segment_frames if parallel else 32
+            queue_frames = max(2 * _CHUNK_FRAMES, min(wanted, _DEFAULT_POOL_BYTES // frame_bytes))
         self._pool_size = max(2, -(-queue_frames // _CHUNK_FRAMES))
         self._pool_created = 0
         self._free: "queue.Queue[Tensor]" = queue.Queue()
-        self._work: "queue.Queue[Optional[tuple]]" = queue.Queue()  # bounded by the pool
-        self._frames_queued = 0
-        self._frames_encoded = 0
-        self._audio_samples = 0
+
+        self._lock = threading.Lock()
         self._error: Optional[BaseException] = None
         self._aborting = False
         self._closed = False
-        self._thread = threading.Thread(target=self._encode_loop, name="ditto-video-writer", daemon=True)
-        self._thread.start()
+        self._frames_queued = 0
+        self._frames_encoded = 0
+        self._jobs: "queue.Queue[Optional[_Job]]" = queue.Queue()
+        self._open_job: Optional[_Job] = None
+        self._job_count = 0
+        self._done: Dict[int, Segment] = {}  # finished segments waiting for the joiner
+        self._scratch: List[Path] = []  # every scratch file a thread may still hold
+        self._segment_done = threading.Condition(self._lock)
+        self._bytes_joined = 0
+        self._input_ended = False
+
+        if parallel:
+            self._final: Optional[SegmentEncoder] = None
+            self._joiner: Optional[Mp4Joiner] = Mp4Joiner(self.path, audio)
+        else:
+            self._joiner = None
+            self._final = SegmentEncoder(self.path, self.settings, audio=audio, whole=True)
+        self._threads = [
+            threading.Thread(target=self._encode_loop, name=f"ditto-video-encoder-{i}", daemon=True)
+            for i in range(encoders)
+        ]
+        if parallel:
+            self._threads.append(threading.Thread(target=self._join_loop, name="ditto-video-joiner", daemon=True))
+        for thread in self._threads:
+            thread.start()
 
     # ------------------------------------------------------------------ producer side
 
@@ -122,60 +182,130 @@ class VideoWriter:
     def write(self, frames: Union[Tensor, np.ndarray]) -> None:
         """Queue (N, H, W, 3) uint8 RGB frames for encoding; blocks only while the pool is full.
 
-        CUDA frames are copied on the current stream without waiting for it: the caller may
-        reuse or free them afterwards as long as it stays on that stream.
+        CUDA frames are converted and copied on the current stream without waiting for it: the
+        caller may reuse or free them afterwards as long as it stays on that stream.
         """
         self._ensure_usable()
         if isinstance(frames, np.ndarray):
             frames = torch.from_numpy(frames)
-        expected = (self.height, self.width, 3)
-        if frames.dtype != torch.uint8 or frames.dim() != 4 or tuple(frames.shape[1:]) != expected:
-            raise InputError(
-                f"VideoWriter.write: frames must be (N, {self.height}, {self.width}, 3) uint8 RGB, "
-                f"got {tuple(frames.shape)} {frames.dtype}"
-            )
-        for start in range(0, frames.shape[0], _CHUNK_FRAMES):
-            chunk = frames[start : start + _CHUNK_FRAMES]
-            buffer = self._take_buffer(pinned=chunk.is_cuda)
-            buffer[: chunk.shape[0], : self.height, : self.width].copy_(chunk, non_blocking=chunk.is_cuda)
-            ready = None
-            if chunk.is_cuda:
-                ready = torch.cuda.Event()
-                ready.record(torch.cuda.current_stream(chunk.device))
-            self._work.put((buffer, chunk.shape[0], ready))
+        check_frames(frames, self.settings, "VideoWriter.write")
+        start = 0
+        while start < frames.shape[0]:
+            job = self._current_job()
+            room = _CHUNK_FRAMES
+            if self.segment_frames is not None:
+                room = min(room, job.first_frame + self.segment_frames - self._frames_queued)
+            chunk = frames[start : start + room]
+            job.chunks.put(self._stage(chunk))
             self._frames_queued += chunk.shape[0]
+            start += chunk.shape[0]
+
+    def _current_job(self) -> _Job:
+        """The segment the next frame belongs to (a new one once the open one is full)."""
+        job = self._open_job
+        if job is not None and (self.segment_frames is None
+                                or self._frames_queued < job.first_frame + self.segment_frames):
+            return job
+        if job is not None:
+            job.chunks.put(None)
+        job = _Job(self._job_count, self._frames_queued, queue.Queue())
+        self._job_count += 1
+        self._open_job = job
+        self._jobs.put(job)
+        return job
+
+    def _stage(self, chunk: Tensor) -> _Chunk:
+        """Copy a chunk of frames into a pool buffer: yuv420p converted on the GPU for CUDA
+        frames, padded RGB for host frames."""
+        count, (height, width) = chunk.shape[0], self._padded
+        if chunk.is_cuda:
+            packed = rgb_to_yuv420p(pad_to_even(chunk))
+            buffer = self._take_buffer(packed.numel(), pinned=True)
+            buffer[: packed.numel()].view(packed.shape).copy_(packed, non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record(torch.cuda.current_stream(chunk.device))
+            return _Chunk(buffer, count, True, ready)
+        buffer = self._take_buffer(count * height * width * 3, pinned=False)
+        frames = buffer[: count * height * width * 3].view(count, height, width, 3)
+        frames[:, : self.height, : self.width].copy_(chunk)
+        if width != self.width:
+            frames[:, : self.height, self.width] = frames[:, : self.height, self.width - 1]
+        if height != self.height:
+            frames[:, self.height] = frames[:, self.height - 1]
+        return _Chunk(buffer, count, False, None)
+
+    def _take_buffer(self, nbytes: int, pinned: bool) -> Tensor:
+        """A free host buffer of at least ``nbytes``; waits while all are in flight.
+
+        Buffers hold _CHUNK_FRAMES frames of the larger (RGB) layout, so one pool serves both
+        kinds of chunk; pinned only where CUDA can use it.
+        """
+        pinned = pinned and torch.cuda.is_available()
+        size = _CHUNK_FRAMES * self._padded[0] * self._padded[1] * 3
+        if self._pool_created < self._pool_size:
+            self._pool_created += 1
+            return torch.empty(size, dtype=torch.uint8, pin_memory=pinned)
+        while True:
+            try:
+                buffer = self._free.get(timeout=_POLL_SECONDS)
+            except queue.Empty:
+                self._ensure_usable()
+                if not all(thread.is_alive() for thread in self._threads):
+                    raise DittoError(f"an encoder thread for {self.path} stopped unexpectedly")
+                continue
+            if pinned and not buffer.is_pinned():
+                buffer = torch.empty(size, dtype=torch.uint8, pin_memory=True)  # replaces, count unchanged
+            return buffer
 
     def close(self) -> None:
-        """Encode what is queued, flush both encoders and move the finished file into place."""
+        """Encode what is queued, flush the encoders, join the segments and move the file into place."""
         if self._closed:
             return
-        self._work.put(None)
-        self._thread.join()
+        if self._frames_queued == 0:
+            self.abort()
+            raise InputError(f"VideoWriter: no frames were written to {self.path}; nothing to save")
+        self._end_input()
+        for thread in self._threads:
+            thread.join()
         self._ensure_usable()
         try:
-            self._mux(self._video.encode(None))
-            if self._audio_stream is not None:
-                self._mux(self._audio_stream.encode(None))
-            self._container.close()
-            os.replace(self._temp_path, self.path)
-        except BaseException:
+            if self._joiner is not None:
+                self._joiner.close()
+            else:
+                self._final.close()
+        except BaseException as error:
             self.abort()
-            raise
+            raise self._user_error(error) from error
         self._closed = True
 
     def abort(self) -> None:
-        """Stop encoding and delete the partial file; no target file is created."""
+        """Stop encoding and delete every partial file; no target file is created."""
         if self._closed:
             return
         self._closed = True
-        self._aborting = True
-        self._work.put(None)
-        self._thread.join()
-        try:
-            self._container.close()
-        except (av.FFmpegError, OSError):
-            pass  # the container is being thrown away; a failed trailer write changes nothing
-        self._discard_file()
+        with self._lock:
+            self._aborting = True
+            self._segment_done.notify_all()
+        self._end_input()
+        for thread in self._threads:
+            thread.join()
+        if self._final is not None:
+            self._final.abort()
+        if self._joiner is not None:
+            self._joiner.abort()
+        for path in self._scratch:
+            discard(path)
+
+    def _end_input(self) -> None:
+        """No more frames: end the open segment and tell each encoder thread to stop when idle."""
+        if self._open_job is not None:
+            self._open_job.chunks.put(None)
+            self._open_job = None
+        for _ in range(self.encoders):
+            self._jobs.put(None)
+        with self._lock:
+            self._input_ended = True
+            self._segment_done.notify_all()
 
     def __enter__(self) -> "VideoWriter":
         return self
@@ -192,165 +322,135 @@ class VideoWriter:
             else:
                 self.abort()
         finally:
-            trim_host_heap()  # the encoder thread's frame buffers, kept by its heap arena
+            trim_host_heap()  # the encoder threads' frame buffers, kept by their heap arenas
 
     def _ensure_usable(self) -> None:
-        """Raise if the writer is closed or the encoder thread has failed (cleaning up first)."""
+        """Raise if the writer is closed or a worker thread has failed (cleaning up first)."""
         if self._error is not None:
             error = self._error
             self.abort()
-            raise DittoError(f"encoding {self.path} failed: {error}") from error
+            raise self._user_error(error) from error
         if self._closed:
             raise DittoError(f"VideoWriter for {self.path} is already closed; open a new one")
 
-    def _take_buffer(self, pinned: bool) -> Tensor:
-        """A free host buffer of _CHUNK_FRAMES padded frames; waits while all are in flight."""
-        if self._pool_created < self._pool_size:
-            self._pool_created += 1
-            shape = (_CHUNK_FRAMES, *self._padded, 3)
-            return torch.empty(shape, dtype=torch.uint8, pin_memory=pinned and torch.cuda.is_available())
-        while True:
-            try:
-                return self._free.get(timeout=_POLL_SECONDS)
-            except queue.Empty:
-                if not self._thread.is_alive():
-                    self._ensure_usable()
-                    raise DittoError(f"the encoder thread for {self.path} stopped unexpectedly")
+    def _user_error(self, error: BaseException) -> BaseException:
+        """What the caller sees for a worker's ``error``: a disk-full error naming the folder and
+        the space the whole file needs; DittoErrors as they are; anything else wrapped."""
+        if isinstance(error, OSError):
+            full = disk_full_error(error, self.path, self._estimated_bytes())
+            if full is not None:
+                return full
+        if isinstance(error, DittoError):
+            return error
+        return DittoError(f"encoding {self.path} failed: {error}")
 
-    def _discard_file(self) -> None:
-        self._temp_path.unlink(missing_ok=True)
+    def _estimated_bytes(self) -> Optional[int]:
+        """The finished MP4's size, extrapolated from what was encoded so far (None before any)."""
+        written = self._bytes_joined + sum(_size(path) for path in list(self._scratch))
+        if self._final is not None:
+            written += self._final.bytes_written()
+        if self._joiner is not None:
+            written = max(written, self._joiner.bytes_written())
+        if not (written and self._frames_encoded):
+            return None
+        return written * max(self._frames_queued, self._frames_encoded) // self._frames_encoded
 
-    # ------------------------------------------------------------------ encoder thread
+    def _fail(self, error: BaseException) -> None:
+        with self._lock:
+            if self._error is None:
+                self._error = error
+            self._segment_done.notify_all()
+
+    # ------------------------------------------------------------------ encoder threads
 
     def _encode_loop(self) -> None:
-        """Encode chunks until the end marker; after a failure, only recycle buffers."""
-        while (item := self._work.get()) is not None:
-            buffer, count, ready = item
+        """Take segments until the end marker; after a failure, only recycle buffers."""
+        while (job := self._jobs.get()) is not None:
+            encoder, ended = self._final, False
             try:
-                if self._error is None and not self._aborting:
-                    if ready is not None:
-                        ready.synchronize()
-                    self._encode_chunk(buffer[:count].numpy())
-            except Exception as error:  # handed to the producer by _ensure_usable
-                self._error = error
-            finally:
-                self._free.put(buffer)
+                if encoder is None and not self._stopping():
+                    encoder = self._open_segment(job)
+                while (chunk := job.chunks.get()) is not None:
+                    try:
+                        if not self._stopping():
+                            if chunk.ready is not None:
+                                chunk.ready.synchronize()
+                            self._encode_chunk(encoder, chunk)
+                    finally:
+                        self._free.put(chunk.buffer)
+                ended = True
+                if encoder is not None and encoder is not self._final:
+                    if self._stopping():
+                        encoder.abort()
+                    else:
+                        self._segment_finished(job, encoder.close())
+            except BaseException as error:  # handed to the producer by _ensure_usable
+                self._fail(error)
+                if encoder is not None and encoder is not self._final:
+                    encoder.abort()
+                if not ended:
+                    self._drain(job)
 
-    def _encode_chunk(self, frames: np.ndarray) -> None:
-        """Encode (n, H', W', 3) padded frames, then the audio that plays along with them."""
-        if self._padded[1] != self.width:
-            frames[:, : self.height, self.width] = frames[:, : self.height, self.width - 1]
-        if self._padded[0] != self.height:
-            frames[:, self.height] = frames[:, self.height - 1]
-        for image in frames:
-            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
-            frame.pts = self._frames_encoded
-            self._mux(self._video.encode(frame))
-            self._frames_encoded += 1
-        if self._audio is not None:
-            self._encode_audio_until(self._frames_encoded)
+    def _open_segment(self, job: _Job) -> SegmentEncoder:
+        encoder = SegmentEncoder(self.path, self.settings, job.first_frame, scratch=True)
+        with self._lock:
+            self._scratch.append(encoder._file.temp)
+        return encoder
 
-    def _encode_audio_until(self, frame_count: int) -> None:
-        """Encode audio up to the end of video frame ``frame_count``, padding with silence."""
-        waveform, rate = self._audio
-        end = round(frame_count * rate / self._fps)
-        if end <= self._audio_samples:
-            return
-        samples = waveform[:, self._audio_samples : end]
-        missing = end - self._audio_samples - samples.shape[1]
-        if missing:
-            samples = np.pad(samples, ((0, 0), (0, missing)))
-        frame = av.AudioFrame.from_ndarray(
-            np.ascontiguousarray(samples), format="fltp", layout=_LAYOUTS[waveform.shape[0]]
-        )
-        frame.sample_rate = rate
-        frame.pts = self._audio_samples
-        self._mux(self._audio_stream.encode(frame))
-        self._audio_samples = end
+    def _encode_chunk(self, encoder: SegmentEncoder, chunk: _Chunk) -> None:
+        """Encode one chunk of padded frames (the unit a benchmark may time)."""
+        height, width = self._padded
+        if chunk.yuv:
+            frames = chunk.buffer[: chunk.count * height * width * 3 // 2].view(chunk.count, height * 3 // 2, width)
+            encoder.write_yuv(frames.numpy())
+        else:
+            encoder.write_rgb(chunk.buffer[: chunk.count * height * width * 3].view(chunk.count, height, width, 3)
+                              .numpy())
+        with self._lock:
+            self._frames_encoded += chunk.count
 
-    # ------------------------------------------------------------------ setup
+    def _drain(self, job: _Job) -> None:
+        """Recycle the rest of a failed segment's buffers so the producer never waits on them."""
+        while (chunk := job.chunks.get()) is not None:
+            self._free.put(chunk.buffer)
 
-    def _mux(self, packets: Sequence[av.Packet]) -> None:
-        for packet in packets:
-            self._container.mux(packet)
+    def _stopping(self) -> bool:
+        return self._aborting or self._error is not None
 
-    def _add_video_stream(self, crf: int, preset: str) -> av.VideoStream:
-        stream = self._container.add_stream("libx264", rate=self._fps)
-        stream.height, stream.width = self._padded
-        stream.pix_fmt = "yuv420p"
-        stream.time_base = 1 / self._fps
-        stream.options = {"crf": str(crf), "preset": preset}
-        # Frame threads (ffmpeg's default) encode faster than PyAV's default slice threads.
-        stream.codec_context.thread_type = "FRAME"
+    def _segment_finished(self, job: _Job, segment: Segment) -> None:
+        with self._lock:
+            self._done[job.index] = segment
+            self._segment_done.notify_all()
+
+    # ------------------------------------------------------------------ joiner thread
+
+    def _join_loop(self) -> None:
+        """Remux finished segments into the MP4 in clip order, deleting each once joined."""
+        index = 0
         try:
-            stream.codec_context.open()  # now, so a bad preset fails here and not mid-run
-        except av.FFmpegError as error:
-            raise InputError(f"VideoWriter: libx264 rejected crf={crf}, preset={preset!r}: {error}") from error
-        return stream
+            while True:
+                with self._lock:
+                    while index not in self._done and not self._stopping() and not self._all_joined(index):
+                        self._segment_done.wait(_POLL_SECONDS)
+                    if self._stopping() or self._all_joined(index):
+                        return
+                    segment = self._done.pop(index)
+                self._joiner.add(segment)
+                with self._lock:
+                    self._bytes_joined += _size(segment.path)
+                    self._scratch.remove(segment.path)
+                discard(segment.path)
+                index += 1
+        except BaseException as error:
+            self._fail(error)
 
-    def _add_audio_stream(self) -> av.AudioStream:
-        waveform, rate = self._audio
-        stream = self._container.add_stream("aac", rate=rate)
-        stream.layout = _LAYOUTS[waveform.shape[0]]
-        stream.format = "fltp"
-        stream.time_base = Fraction(1, rate)
-        return stream
-
-
-def check_encoder_options(crf: int, preset: str) -> None:
-    """Raise :class:`InputError` for a ``crf`` or ``preset`` libx264 would refuse.
-
-    Cheap: callers that render before encoding check their settings first, so a typo fails in
-    a second rather than after the whole render.
-    """
-    if not (isinstance(crf, int) and not isinstance(crf, bool) and 0 <= crf <= 51):
-        raise InputError(f"VideoWriter: crf must be an integer in [0, 51] (18 is visually lossless), got {crf!r}")
-    if preset not in X264_PRESETS:
-        raise InputError(f"VideoWriter: preset must be one of {', '.join(X264_PRESETS)}; got {preset!r}")
+    def _all_joined(self, index: int) -> bool:
+        """True once input has ended and every segment before ``index`` is joined (lock held)."""
+        return self._input_ended and index >= self._job_count
 
 
-def _check_settings(width: int, height: int, fps: float, crf: int, queue_frames: int) -> None:
-    if not (isinstance(width, int) and isinstance(height, int) and width >= 2 and height >= 2):
-        raise InputError(f"VideoWriter: width and height must be integers >= 2, got {width}x{height}")
-    if not (np.isfinite(fps) and 0 < fps <= 1000):
-        raise InputError(f"VideoWriter: fps must be in (0, 1000], got {fps}")
-    if not (isinstance(queue_frames, int) and queue_frames >= 1):
-        raise InputError(f"VideoWriter: queue_frames must be a positive integer, got {queue_frames}")
-
-
-def _prepare_audio(audio: Tuple[Waveform, int]) -> Tuple[np.ndarray, int]:
-    """Validate ``(waveform, rate)``; return a (C, T) float32 array at an AAC-supported rate."""
+def _size(path: Path) -> int:
     try:
-        waveform, rate = audio
-    except (TypeError, ValueError):
-        raise InputError("VideoWriter: audio must be a (waveform, sample_rate) pair") from None
-    if isinstance(waveform, Tensor):
-        waveform = waveform.detach().cpu().numpy()
-    waveform = np.asarray(waveform, dtype=np.float32)
-    if waveform.ndim == 1:
-        waveform = waveform[None]
-    if waveform.ndim != 2 or waveform.shape[0] == 0 or waveform.shape[1] == 0:
-        raise InputError(
-            f"VideoWriter: audio waveform must be (channels, samples) with at least one sample, got "
-            f"{waveform.shape}"
-        )
-    if waveform.shape[0] not in _LAYOUTS:  # e.g. 5.1: AAC is muxed as mono or stereo here
-        waveform = waveform.mean(axis=0, keepdims=True)
-    if not np.isfinite(waveform).all():
-        raise InputError("VideoWriter: audio waveform contains NaN or infinity")
-    if not (isinstance(rate, (int, np.integer)) and rate > 0):
-        raise InputError(f"VideoWriter: audio sample_rate must be a positive integer, got {rate!r}")
-    if rate not in _AAC_RATES:
-        waveform, rate = _resample(waveform, int(rate), _AAC_FALLBACK_RATE), _AAC_FALLBACK_RATE
-    return np.ascontiguousarray(waveform), int(rate)
-
-
-def _resample(waveform: np.ndarray, rate: int, target: int) -> np.ndarray:
-    """(C, T) float32 at ``rate`` -> (C, T') float32 at ``target``, with FFmpeg's resampler."""
-    layout = _LAYOUTS[waveform.shape[0]]
-    resampler = av.AudioResampler(format="fltp", layout=layout, rate=target)
-    frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(waveform), format="fltp", layout=layout)
-    frame.sample_rate = rate
-    frame.pts = 0
-    frames = resampler.resample(frame) + resampler.resample(None)
-    return np.concatenate([f.to_ndarray() for f in frames], axis=1)
+        return path.stat().st_size
+    except OSError:
+        return 0
