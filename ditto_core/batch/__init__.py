@@ -4,5 +4,5 @@ Above :mod:`ditto_core.pipeline` (each worker holds one warm pipeline); nothing 
 this package. ``cli`` is the ``batch`` subcommand, ``jobs`` the jobs file and the records of
 finished jobs, ``runner`` what a worker does, ``scheduler`` the driver's dispatch and retry
 loop over a pool of workers (``local_pool``: processes; ``ray_pool``: Ray actors), ``driver``
-a whole batch and the sharded long clip, ``segments`` the segment files of a sharded clip.
+a whole batch and the sharded long clip (segments of :mod:`ditto_core.video.encoder`).
 """

@@ -71,14 +71,21 @@ def make_pool(args: argparse.Namespace, settings):
 
 def run(args: argparse.Namespace) -> int:
     from .driver import run_batch
+    from .scheduler import Scheduler
 
-    settings = settings_from_args(args)
-    pool = make_pool(args, settings)
+    if args.attempts < 1:
+        from ..errors import InputError
+
+        raise InputError(f"--attempts must be at least 1, got {args.attempts}")
+    pool = make_pool(args, settings_from_args(args))
     bar = None if args.no_progress else ProgressBar()
-    report = run_batch(args.jobs, args.out, settings, pool, shard=args.shard, max_attempts=args.attempts,
-                       report_path=args.report, on_event=bar)
-    if bar is not None:
-        bar.finish()
+    try:
+        report = run_batch(args.jobs, args.out, Scheduler(pool, args.attempts, on_event=bar), shard=args.shard,
+                           report_path=args.report)
+    finally:
+        pool.close()
+        if bar is not None:
+            bar.finish()
     summary = report["summary"]
     for job in report["jobs"]:
         if job["status"] == "failed":

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..atomic_files import atomic_write_bytes
+from ..atomic_files import atomic_write_bytes, reap_stale_temporaries
 from .jobs import Job, JobLineError, finished, parse_jobs, remove_partial_files, write_sidecar
 from .runner import PipelineSettings, clip_audio
-from .scheduler import EventHook, Outcome, Scheduler, Task, WorkerPool
+from .scheduler import Outcome, Scheduler, Task
 
 REPORT_FORMAT = "ditto-batch-report"
 
@@ -52,13 +52,15 @@ def segment_ranges(frames: int, parts: int) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-def run_batch(jobs_file: Path, out_dir: Path, settings: PipelineSettings, pool: WorkerPool, *,
-              shard: bool = False, max_attempts: int = 3, report_path: Optional[Path] = None,
-              on_event: Optional[EventHook] = None) -> dict[str, Any]:
-    """Run every unfinished job of ``jobs_file`` into ``out_dir``; returns (and writes) the report."""
+def run_batch(jobs_file: Path, out_dir: Path, scheduler: Scheduler, *, shard: bool = False,
+              report_path: Optional[Path] = None) -> dict[str, Any]:
+    """Run every unfinished job of ``jobs_file`` into ``out_dir`` on the workers of ``scheduler``
+    (started on first need, left running); returns (and writes) the report."""
+    settings: PipelineSettings = scheduler.pool.settings
     began = time.perf_counter()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    reap_stale_temporaries(out_dir)  # what workers of a killed earlier run left behind
     records: dict[int, JobRecord] = {}
     todo: list[Job] = []
     for item in parse_jobs(jobs_file, out_dir, settings.identity()):
@@ -69,28 +71,24 @@ def run_batch(jobs_file: Path, out_dir: Path, settings: PipelineSettings, pool: 
         else:
             remove_partial_files(item.output)  # left by a run that was killed
             todo.append(item)
-    workers: dict[str, dict] = {}
     if todo:
-        scheduler = Scheduler(pool, max_attempts, on_event, on_lost_worker=_clean_after_lost_worker)
-        try:
-            workers = scheduler.wait_ready()
-            if shard:
-                for job in todo:
-                    records[job.line] = _run_sharded(job, scheduler, out_dir)
-            else:
-                tasks = [Task(job.name, "run_job", (job,)) for job in todo]
-                for job, outcome in zip(todo, scheduler.run(tasks)):
-                    records[job.line] = _job_record(job, outcome)
-        finally:
-            pool.close()
-    report = _report(jobs_file, out_dir, settings, workers, [records[k] for k in sorted(records)],
+        scheduler.on_lost_worker = clean_after_lost_worker
+        scheduler.wait_ready()
+        if shard:
+            for job in todo:
+                records[job.line] = _run_sharded(job, scheduler, out_dir)
+        else:
+            tasks = [Task(job.name, "run_job", (job,)) for job in todo]
+            for job, outcome in zip(todo, scheduler.run(tasks)):
+                records[job.line] = _job_record(job, outcome)
+    report = _report(jobs_file, out_dir, settings, scheduler.info, [records[k] for k in sorted(records)],
                      time.perf_counter() - began)
     target = Path(report_path) if report_path is not None else out_dir / "batch_report.json"
     atomic_write_bytes(target, json.dumps(report, indent=1).encode())
     return report
 
 
-def _clean_after_lost_worker(task: Task) -> None:
+def clean_after_lost_worker(task: Task) -> None:
     """A worker died holding ``task``: remove the temporary files it left for its output."""
     job = task.args[0]
     if task.method == "render_range":
@@ -111,7 +109,7 @@ def _job_record(job: Job, outcome: Outcome) -> JobRecord:
 
 
 def _run_sharded(job: Job, scheduler: Scheduler, out_dir: Path) -> JobRecord:
-    from .segments import join_segments
+    from ..video.encoder import join_segments
 
     began = time.perf_counter()
     planned = scheduler.run([Task(f"{job.name} motion", "plan_clip", (job,))])[0]

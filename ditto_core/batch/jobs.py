@@ -19,16 +19,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from ..atomic_files import atomic_write_bytes, file_sha256
+from ..atomic_files import atomic_write_bytes, discard, file_sha256, parse_temp_name
 from ..errors import InputError
 from ..motion.motion_options import MotionOptions
 from ..registration.options import RegistrationOptions
-from ..video.writer import check_encoder_options
+from ..video.encoder import check_encoder_options
 
 JOB_FORMAT = "ditto-batch-job"
 JOB_VERSION = 1  # part of every job hash: a change of what a job means re-renders old outputs
@@ -230,12 +229,14 @@ def finished(job: Job) -> Optional[dict[str, Any]]:
 
 
 def remove_partial_files(output: Path) -> list[Path]:
-    """Delete the temporary files a killed writer left for ``output`` (never the output itself)."""
-    # The writer's and atomic_write's temporary names (mkstemp adds 8 characters), and only
-    # those: another job's output may share this one's stem as a prefix.
-    pattern = re.compile(rf"\.(?:{re.escape(output.stem)}\.\w{{8}}\.part\.mp4|{re.escape(output.name)}"
-                         rf"(?:{re.escape(SIDECAR_SUFFIX)})?\.\w{{8}}\.tmp)")
-    leftovers = [p for p in output.parent.glob(".*") if pattern.fullmatch(p.name)]
+    """Delete the temporaries written for ``output`` and its record (never the output itself).
+
+    For a job whose worker died: nothing else writes these names (one job per output), so
+    they are removed whoever owned them, even a process on another host.
+    """
+    names = {output.name, sidecar_path(output).name}
+    leftovers = [p for p in output.parent.glob(".*")
+                 if (info := parse_temp_name(p.name)) is not None and info.target_name in names]
     for path in leftovers:
-        path.unlink(missing_ok=True)
+        discard(path)
     return leftovers

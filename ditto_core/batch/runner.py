@@ -149,13 +149,14 @@ class JobRunner:
 
     def render_range(self, job: Job, plan: ClipPlan, start: int, stop: int, segment: Path) -> dict[str, Any]:
         """Render frames [start, stop) of ``plan`` and encode them as the segment file ``segment``."""
-        from .segments import encode_segment
+        from ..video.encoder import EncoderSettings, encode_segment
 
         began = time.perf_counter()
         source = self._register(job)
         height, width = source.frames.shape[1:3]
+        settings = EncoderSettings(width=width, height=height, fps=plan.fps, crf=job.crf, preset=job.preset)
         frames = self.pipeline.iter_frames(source, plan.motion(start, stop, self.device))
-        encode_segment(frames, segment, width=width, height=height, fps=plan.fps, crf=job.crf, preset=job.preset)
+        encode_segment(segment, frames, settings, first_frame=start)
         return {"frames": stop - start, "seconds": time.perf_counter() - began, **self.describe()}
 
     # -- shared steps -------------------------------------------------------------------------

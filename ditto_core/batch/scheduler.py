@@ -53,6 +53,8 @@ class Event:
 
 
 class WorkerPool(Protocol):
+    settings: Any  # the PipelineSettings every worker builds
+
     def start(self) -> list[str]:
         """Begin starting the workers; returns their ids."""
 
@@ -73,18 +75,18 @@ EventHook = Callable[[str, dict], None]
 
 
 class Scheduler:
-    """Runs lists of tasks on the workers of one pool, keeping the workers between lists."""
+    """Runs lists of tasks on the workers of one pool, keeping the workers warm between lists
+    (the caller closes the pool)."""
 
-    def __init__(self, pool: WorkerPool, max_attempts: int = 3, on_event: Optional[EventHook] = None,
-                 on_lost_worker: Optional[Callable[[Task], None]] = None) -> None:
+    def __init__(self, pool: WorkerPool, max_attempts: int = 3, on_event: Optional[EventHook] = None) -> None:
         self.pool = pool
         self.max_attempts = max_attempts
         self.on_event = on_event or (lambda kind, info: None)
-        self.on_lost_worker = on_lost_worker or (lambda task: None)  # cleans what a dead worker left
-        self.workers = pool.start()
+        self.on_lost_worker: Callable[[Task], None] = lambda task: None  # cleans what a dead worker left
+        self.workers: list[str] = []  # started on first use: a batch of finished jobs starts none
         self.info: dict[str, dict] = {}  # ready workers' descriptions
         self._idle: list[str] = []
-        self._starting = set(self.workers)
+        self._starting: set[str] = set()
         self._gone: dict[str, str] = {}  # worker -> why it cannot work
 
     @property
@@ -92,7 +94,10 @@ class Scheduler:
         return [w for w in self.workers if w not in self._gone]
 
     def wait_ready(self) -> dict[str, dict]:
-        """Block until every worker has started (or failed to); raise if none could."""
+        """Start the workers if need be and wait until each has started (or failed to); raise if none could."""
+        if not self.workers:
+            self.workers = self.pool.start()
+            self._starting = set(self.workers)
         while self._starting:
             for event in self.pool.wait(1.0):
                 self._handle(event, {}, deque())
@@ -101,6 +106,7 @@ class Scheduler:
 
     def run(self, tasks: list[Task]) -> list[Outcome]:
         """Every task's outcome, in the order of ``tasks``."""
+        self.wait_ready()
         self.on_event("queued", {"tasks": len(tasks)})
         pending = deque(tasks)
         busy: dict[str, tuple[Task, float]] = {}
