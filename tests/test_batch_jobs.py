@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections import deque
 
 import pytest
@@ -160,3 +161,11 @@ def test_scheduler_with_no_worker_able_to_start_says_why():
 
     with pytest.raises(DittoError, match="(?s)no worker could start:.*decoder.pth"):
         Scheduler(Broken(["w0"])).run([Task("t0", "run_job", ())])
+
+
+def test_ray_missing_says_how_to_install(monkeypatch):
+    from ditto_core.batch.ray_pool import import_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets where Ray is not installed
+    with pytest.raises(DittoError, match=r"--ray needs Ray.*pip install ray"):
+        import_ray()

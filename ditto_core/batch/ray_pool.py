@@ -64,11 +64,13 @@ class RayPool:
     def start(self) -> list[str]:
         ray = self.ray
         if not ray.is_initialized():
-            ray.init(address=self.address, runtime_env={"env_vars": {"PYTHONPATH": _PACKAGE_ROOT}})
+            ray.init(address=self.address)
         gpus = int(ray.cluster_resources().get("GPU", 0))
         count = self.workers or max(gpus, 1)
+        # The actors import ditto_core from this checkout (the same path on every host).
         actor_class = ray.remote(PipelineActor).options(
-            num_gpus=1 if gpus else 0, num_cpus=1, max_restarts=self.restarts, max_task_retries=0)
+            num_gpus=1 if gpus else 0, num_cpus=1, max_restarts=self.restarts, max_task_retries=0,
+            runtime_env={"env_vars": {"PYTHONPATH": _PACKAGE_ROOT}})
         for index in range(count):
             worker = f"actor-{index}"
             self._actors[worker] = actor_class.remote(self.settings)
