@@ -23,6 +23,8 @@ installed) or local processes (``--backend local``); ``auto`` picks Ray when it 
     python bench/bench_batch.py --gpus 2 --out $OUT/bench_batch_2gpu.json      # 2x H200: about 5 minutes
     python bench/bench_batch.py --part batch --gpus 2 --jobs 20 --seconds 15   # one part only
     python bench/bench_batch.py --device-check                                 # what this machine offers
+    python bench/bench_batch.py --backend local --gpus 2 --jobs 2 --seconds 0.3 --minutes 0.01 \
+        --max-frames 2 --precision fp32 --no-compile        # CPU smoke run (two CPU workers): a few minutes
 """
 from __future__ import annotations
 
@@ -82,6 +84,13 @@ def write_jobs(path: Path, portrait: Path, speech: Path, count: int, options: di
                          "options": {**options, "seed": i}}) for i in range(count)]
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def job_options(args) -> dict[str, Any]:
+    options = {"preset": args.preset, "crf": args.crf}
+    if args.max_frames is not None:
+        options["max_frames"] = args.max_frames
+    return options
 
 
 def make_pool(backend: str, settings: PipelineSettings, workers: int):
@@ -168,7 +177,7 @@ def run_pool(backend: str, settings: PipelineSettings, workers: int, folder: Pat
 def bench_batch(args, settings: PipelineSettings, folder: Path, portrait: Path) -> dict[str, Any]:
     speech = write_speech(folder / f"speech_{args.seconds:g}s.wav", args.seconds)
     warm_speech = write_speech(folder / "speech_warm.wav", 2.0)
-    options = {"preset": args.preset, "crf": args.crf}
+    options = job_options(args)
     result: dict[str, Any] = {"jobs": args.jobs, "seconds_per_job": args.seconds, "runs": {}}
     for workers in sorted({1, args.gpus}):
         run_dir = folder / f"batch_{workers}"
@@ -189,7 +198,7 @@ def bench_batch(args, settings: PipelineSettings, folder: Path, portrait: Path) 
 def bench_long(args, settings: PipelineSettings, folder: Path, portrait: Path) -> dict[str, Any]:
     speech = write_speech(folder / f"speech_{args.minutes:g}min.wav", 60 * args.minutes)
     warm_speech = write_speech(folder / "speech_warm.wav", 2.0)
-    options = {"preset": args.preset, "crf": args.crf}
+    options = job_options(args)
     result: dict[str, Any] = {"minutes": args.minutes, "expected_frames": math.ceil(60 * args.minutes * 25),
                               "runs": {}}
     outputs = {}
@@ -228,6 +237,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp16")
     parser.add_argument("--preset", default="ultrafast")
     parser.add_argument("--crf", type=int, default=23)
+    parser.add_argument("--max-frames", type=int, default=None,
+                        help="render only the first N frames of every clip (CPU smoke runs; the motion covers all)")
     parser.add_argument("--backend", choices=("auto", "ray", "local"), default="auto")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--keep-reports", action="store_true", help="include every batch report in the JSON")

@@ -11,6 +11,7 @@ mounts at the same path (see docs/BATCH.md).
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -18,6 +19,7 @@ from ..errors import DittoError
 from .runner import JobRunner, PipelineSettings, pick_device
 from .scheduler import Event, Task
 
+_REPROBE_SECONDS = 1.0  # how often to ask a restarting actor whether it is back
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding ditto_core/
 
 
@@ -60,6 +62,7 @@ class RayPool:
         self.restarts = restarts
         self._actors: dict[str, Any] = {}
         self._pending: dict[Any, tuple[str, str]] = {}  # object ref -> (event kind, worker)
+        self._reprobe: list[tuple[float, str]] = []  # (when, worker): restarting actors to ask again
 
     def start(self) -> list[str]:
         ray = self.ray
@@ -74,7 +77,7 @@ class RayPool:
         for index in range(count):
             worker = f"actor-{index}"
             self._actors[worker] = actor_class.remote(self.settings)
-            self._pending[self._actors[worker].ready.remote()] = ("ready", worker)
+            self._probe(worker)
         return list(self._actors)
 
     def submit(self, worker: str, task: Task) -> None:
@@ -82,7 +85,12 @@ class RayPool:
 
     def wait(self, timeout: float) -> list[Event]:
         ray = self.ray
+        now = time.monotonic()
+        for when, worker in [r for r in self._reprobe if r[0] <= now]:
+            self._reprobe.remove((when, worker))
+            self._probe(worker)
         if not self._pending:
+            time.sleep(timeout)
             return []
         ready, _ = ray.wait(list(self._pending), num_returns=1, timeout=timeout)
         if ready:  # and whatever else has finished meanwhile
@@ -93,18 +101,25 @@ class RayPool:
             try:
                 events.append(Event(kind, worker, ray.get(ref)))
             except ray.exceptions.RayActorError as error:
-                if kind == "ready":  # it did not come back (restarts used up, or its node is gone)
-                    events.append(Event("gone", worker, f"{worker}: {_first_line(error)}"))
-                else:  # Ray restarts it: ask when it is back
+                if kind != "ready":  # the process died under the task; Ray restarts it
                     events.append(Event("died", worker, f"{worker}: {_first_line(error)}"))
-                    self._pending[self._actors[worker].ready.remote()] = ("ready", worker)
+                    self._probe(worker)
+                elif isinstance(error, ray.exceptions.ActorUnavailableError):  # still restarting
+                    self._reprobe.append((time.monotonic() + _REPROBE_SECONDS, worker))
+                else:  # dead for good: restarts used up, or its node is gone
+                    events.append(Event("gone", worker, f"{worker}: {_first_line(error)}"))
         return events
+
+    def _probe(self, worker: str) -> None:
+        """Ask ``worker`` whether it is up; the answer comes back as a ``ready`` event."""
+        self._pending[self._actors[worker].ready.remote()] = ("ready", worker)
 
     def close(self) -> None:
         for actor in self._actors.values():
             self.ray.kill(actor, no_restart=True)
         self._actors.clear()
         self._pending.clear()
+        self._reprobe.clear()
 
 
 def _first_line(error: BaseException) -> str:
