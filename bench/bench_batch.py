@@ -68,7 +68,7 @@ def find_example(name: str) -> Path:
 def write_speech(path: Path, seconds: float) -> Path:
     """The example speech, repeated or cut to ``seconds``, as a 16 kHz mono 16-bit WAV."""
     waveform, rate = load_audio(find_example("speech_24k_mono.wav"))
-    mono = to_mono_16k(waveform, rate)[0].numpy()
+    mono = to_mono_16k(waveform, rate).numpy().reshape(-1)
     samples = int(seconds * 16000)
     mono = np.tile(mono, math.ceil(samples / mono.shape[0]))[:samples]
     with wave.open(str(path), "wb") as f:

@@ -67,7 +67,11 @@ class RayPool:
     def start(self) -> list[str]:
         ray = self.ray
         if not ray.is_initialized():
-            ray.init(address=self.address)
+            try:
+                ray.init(address=self.address)
+            except ConnectionError as error:
+                raise DittoError(f"--ray {self.address}: no Ray cluster answered ({_first_line(error)}); start one "
+                                 "with `ray start --head` (on every GPU host) or pass the head's address") from error
         gpus = int(ray.cluster_resources().get("GPU", 0))
         count = self.workers or max(gpus, 1)
         # The actors import ditto_core from this checkout (the same path on every host).
