@@ -14,7 +14,7 @@ detection as ``--random-weights`` does. Two parts:
 * ``long``: one ``--minutes`` clip rendered by one worker, then sharded over ``--gpus`` workers
   (``--shard``: motion once, one segment per GPU, joined). Reported: wall, delivered frames/s,
   speed-up, the frame count and the video/audio durations of both MP4s (audio sync), and
-  whether the two MP4s decode to the same first and last frames.
+  how far apart the two MP4s' decoded first and last frames are.
 
 Workers are Ray actors on a local cluster bound to 127.0.0.1 (``--backend ray``, when Ray is
 installed) or local processes (``--backend local``); ``auto`` picks Ray when it is importable.
@@ -106,7 +106,6 @@ def make_pool(backend: str, settings: PipelineSettings, workers: int):
 def start_ray(gpus: int) -> None:
     import ray
 
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, num_gpus=gpus,
              num_cpus=os.cpu_count(), log_to_driver=False)
 
@@ -138,7 +137,7 @@ def per_job(report: dict) -> dict[str, Any]:
     """Driver seconds against the pipeline's own stage times, per finished job (medians and worst)."""
     rows = []
     for job in report["jobs"]:
-        if job["status"] != "done":
+        if job["status"] != "done" or "stage_seconds" not in job["details"]:  # a sharded clip has segments instead
             continue
         stages = job["details"]["stage_seconds"]
         rows.append({"seconds": job["seconds"], "render": stages["render_video"],
@@ -222,8 +221,10 @@ def bench_long(args, settings: PipelineSettings, folder: Path, portrait: Path) -
         single, sharded = result["runs"]["single"], result["runs"]["sharded"]
         result["speedup"] = sharded["delivered_fps"] / single["delivered_fps"]
         a, b = end_frames(outputs["single"]), end_frames(outputs["sharded"])
-        # Not bitwise on a GPU: each segment starts with the engine's eager first batch.
-        result["end_frames_max_abs_diff"] = [int(np.abs(x.astype(int) - y.astype(int)).max()) for x, y in zip(a, b)]
+        # Not 0 at a lossy CRF (a segment starts with an IDR frame where the single encode has a
+        # P frame; the CPU test compares at CRF 0), nor bitwise on a GPU (each range starts with
+        # the engine's eager first batch): a sanity bound, not an equality check.
+        result["end_frames_decoded_max_abs_diff"] = [int(np.abs(x.astype(int) - y.astype(int)).max()) for x, y in zip(a, b)]
     return result
 
 
@@ -247,6 +248,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
+    # Read when Ray is first imported: a cluster of this machine only, every server on
+    # 127.0.0.1, no usage reporting.
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         import ray  # noqa: F401
         have_ray = True

@@ -104,3 +104,5 @@ class LocalPool:
                 if process.is_alive():
                     process.kill()
                     process.join()
+        for channel in (*self._inboxes.values(), self._outbox):
+            channel.close()
