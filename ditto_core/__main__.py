@@ -1,4 +1,4 @@
-"""Command line: ``python -m ditto_core {render,download,convert-weights,serve} ...``.
+"""Command line: ``python -m ditto_core {render,download,convert-weights,serve,batch} ...``.
 
 Headless use without ComfyUI: the same library calls the nodes make. Every option is checked
 while the command line is parsed, so a bad value is refused, naming its flag, before any model,
@@ -17,6 +17,7 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Optional, Sequence, TextIO
 
+from .batch import cli as batch_cli
 from .errors import DittoError
 from .live import server as live_server
 from .signals import exit_status, terminate_as_interrupt
@@ -324,6 +325,11 @@ def _convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_batch(sub: argparse._SubParsersAction) -> None:
+    batch_cli.add_parser(sub)
+    sub.choices["batch"].set_defaults(run=batch_cli.run)
+
+
 def _add_serve(sub: argparse._SubParsersAction) -> None:
     live_server.add_parser(sub)
     sub.choices["serve"].set_defaults(run=live_server.run)
@@ -333,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m ditto_core", description=__doc__,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_render, _add_download, _add_convert, _add_serve):
+    for add in (_add_render, _add_download, _add_convert, _add_serve, _add_batch):
         add(sub)
     return parser
 

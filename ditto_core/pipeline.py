@@ -11,7 +11,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Hashable, Optional, TypeVar
+from typing import Callable, Hashable, Iterator, Optional, TypeVar
 
 import torch
 from torch import Tensor
@@ -256,17 +256,23 @@ class DittoPipeline:
         ``metadata``: the MP4's container tags (see :class:`VideoWriter`)."""
         start = time.perf_counter()
         height, width = source.frames.shape[1:3]
-        engine = self.engine()
         with VideoWriter(out_path, width=width, height=height, fps=motion.fps, crf=crf, preset=preset,
                          audio=audio, encoders=encoders, expected_frames=len(motion), metadata=metadata) as writer:
-            for first, renders in engine.iter_render(source, motion, progress):
-                index = motion.source_index[first:first + renders.shape[0]]
-                writer.write(paste_back(source.frames, renders, source.M_c2o, source_index=index))
+            for frames in self.iter_frames(source, motion, progress):
+                writer.write(frames)
             self.times.record("render", start, self.device)  # every frame handed to the encoder
             finalize = time.perf_counter()
         self.times.record("finalize_mp4", finalize, self.device)  # encoder drained, file renamed into place
         self.times.record("render_video", start, self.device)
         return Path(out_path)
+
+    def iter_frames(
+        self, source: SourceInfo, motion: MotionSequence, progress: Optional[ProgressCallback] = None
+    ) -> Iterator[Tensor]:
+        """The finished video frames batch by batch, in order: (n, H, W, 3) uint8 on the device."""
+        for first, renders in self.engine().iter_render(source, motion, progress):
+            index = motion.source_index[first:first + renders.shape[0]]
+            yield paste_back(source.frames, renders, source.M_c2o, source_index=index)
 
     # -- everything -------------------------------------------------------------------------
 
