@@ -32,7 +32,7 @@ from ditto_core.precision import NETWORK_PRECISIONS, network_dtype
 from ditto_core.render.putback import paste_back
 from ditto_core.render.warp_decode import WarpDecodeEngine, auto_batch_size
 from ditto_core.video.colour import rgb_to_yuv420p
-from ditto_core.video.encoder import X264_PRESETS, default_encoders, usable_cores
+from ditto_core.video.encoder import X264_PRESETS, usable_cores
 from ditto_core.video.writer import VideoWriter
 
 from .bench_common import emit, sync
@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="CPU smoke run: tiny frames, eager, two presets")
     parser.add_argument("--presets", nargs="+", choices=X264_PRESETS,
                         default=["ultrafast", "superfast", "veryfast", "faster", "fast", "medium"])
-    parser.add_argument("--encoders", type=int, default=default_encoders(), help="the parallel setting (vs 1)")
+    parser.add_argument("--encoders", type=int, default=4, help="the parallel setting (vs 1)")
     parser.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp16")
     parser.add_argument("--crf", type=int, default=18)
     parser.add_argument("--cache-dir", type=Path, help="Inductor cache to reuse")

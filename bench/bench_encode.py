@@ -41,7 +41,7 @@ import torch
 
 from ditto_core.video.colour import rgb_to_yuv420p
 from ditto_core.video.encoder import (
-    X264_PRESETS, EncoderSettings, SegmentEncoder, default_encoders, default_preset, usable_cores,
+    X264_PRESETS, EncoderSettings, SegmentEncoder, default_preset, usable_cores,
 )
 from ditto_core.video.writer import VideoWriter
 
@@ -183,7 +183,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="CPU smoke run: tiny frames, three presets")
     parser.add_argument("--sizes", nargs="+", default=["512x512", "1080x1920"], help="HxW frame sizes")
     parser.add_argument("--presets", nargs="+", choices=X264_PRESETS, default=list(X264_PRESETS))
-    parser.add_argument("--encoders", type=int, default=default_encoders(), help="parallel encoders to compare with 1")
+    parser.add_argument("--encoders", type=int, default=4, help="parallel encoders to compare with 1")
     parser.add_argument("--frames", type=int, help="frames per run (default 500 at 512x512, 250 (10 s) at 1080x1920)")
     parser.add_argument("--crf", type=int, default=18)
     parser.add_argument("--budget", type=float, default=480.0, help="seconds before slow runs are skipped")

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..precision import NETWORK_PRECISIONS
+
 EPILOG = """\
 jobs.jsonl holds one JSON object a line, e.g.
   {"source": "portrait.jpg", "audio": "speech.wav", "output": "talk.mp4", "options": {"seed": 1, "crf": 20}}
@@ -27,7 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--random-weights", action="store_true",
                    help="smoke mode: random networks, no face detector (see `render --help`)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
-    p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
+    p.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp32",
+                   help="image networks' precision: fp32, or fp16 / bf16 on a GPU (the fast path)")
     p.add_argument("--batch-size", type=int, default=0, help="frames per warp+decode batch (0: from free VRAM)")
     p.add_argument("--no-compile", action="store_true", help="run warp+decode eagerly (no torch.compile)")
     p.add_argument("--cache-dir", type=Path, default=None,

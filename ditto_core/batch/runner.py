@@ -51,9 +51,8 @@ class PipelineSettings:
         if self.random_weights:
             models = f"random-seed-{self.seed}"
         else:
-            from ..models.checkpoints import NETWORKS, file_identity, find_network_file
-            from ..pipeline import check_model_files, find_hubert
-            from ..registration.aux_models import AUX_FILES, find_aux_file
+            from ..model_files import AUX_FILES, check_model_files, find_aux_file, find_hubert, find_network_file
+            from ..models.checkpoints import NETWORKS, file_identity
 
             check_model_files(self.models)  # names every missing file before any job is read
             files = [find_network_file(n, self.models) for n in NETWORKS]
@@ -99,11 +98,12 @@ class JobRunner:
     """One warm pipeline on one device; runs jobs one at a time."""
 
     def __init__(self, settings: PipelineSettings, device: torch.device | str) -> None:
-        from ..pipeline import DTYPES, DittoPipeline
+        from ..pipeline import DittoPipeline
+        from ..precision import network_dtype
 
         self.settings = settings
         self.device = torch.device(device)
-        common = dict(device=self.device, dtype=DTYPES[settings.precision], batch_size=settings.batch_size,
+        common = dict(device=self.device, dtype=network_dtype(settings.precision), batch_size=settings.batch_size,
                       compile=settings.compile)
         if settings.random_weights:
             # The stand-in HuBERT file lives as long as the runner.

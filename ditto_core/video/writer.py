@@ -38,10 +38,10 @@ from ..host_memory import trim_host_heap
 from .colour import pad_to_even, rgb_to_yuv420p
 from .encoder import (
     X264_PRESETS, EncoderSettings, Mp4Joiner, Segment, SegmentEncoder, Waveform, check_encoder_options,
-    check_frames, default_encoders, default_preset, usable_cores,
+    check_frames, DEFAULT_ENCODERS, default_preset, usable_cores,
 )
 
-__all__ = ["VideoWriter", "X264_PRESETS", "check_encoder_options", "default_encoders", "default_preset",
+__all__ = ["VideoWriter", "X264_PRESETS", "check_encoder_options", "DEFAULT_ENCODERS", "default_preset",
            "default_segment_frames"]
 
 # Frames per host-copy chunk: big enough to amortise a transfer, small enough that the encoder
@@ -111,8 +111,8 @@ class VideoWriter:
         audio: ``(waveform, sample_rate)`` with a float waveform of shape (C, T) or (T,) in
             [-1, 1]; muxed as AAC, cut or padded with silence to the video length. More than two
             channels are mixed down to mono (the mix the lip motion was computed from).
-        encoders: concurrent libx264 instances; None: :func:`default_encoders` (one per four
-            usable cores). With more than one, each gets ``cores // encoders`` threads.
+        encoders: concurrent libx264 instances; None: :data:`DEFAULT_ENCODERS`. With more than
+            one, each gets ``cores // encoders`` threads.
         segment_frames: frames per segment (and GOP) when ``encoders > 1``; None:
             :func:`default_segment_frames` (two seconds, down to one for a short clip).
         queue_frames: frames buffered on the host between producer and encoders; bounds host
@@ -142,7 +142,7 @@ class VideoWriter:
         metadata: Optional[Mapping[str, str]] = None,
     ) -> None:
         cores = usable_cores()
-        encoders = default_encoders(cores) if encoders is None else encoders
+        encoders = DEFAULT_ENCODERS if encoders is None else encoders
         for name, value in (("encoders", encoders), ("segment_frames", segment_frames),
                             ("queue_frames", queue_frames), ("expected_frames", expected_frames)):
             if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
