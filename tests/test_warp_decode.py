@@ -238,19 +238,24 @@ def test_compiled_engine_starts_each_clip_with_a_small_eager_batch(fake_compile)
         assert rel_l2(got, unfused(warp, decoder, source, motion)) < 1e-6
 
 
-def test_compile_failure_falls_back_to_eager_and_says_why(monkeypatch, caplog):
+@pytest.fixture
+def failing_compile(monkeypatch):
+    """A machine whose ``torch.compile`` fails at the first call (no C++ compiler), announcements reset."""
     from torch._dynamo.exc import BackendCompilerFailed
 
-    def failing_compile(fn, **kwargs):
+    def compile_(fn, **kwargs):
         def call(*args):
-            raise BackendCompilerFailed(failing_compile, RuntimeError("no C++ compiler"), None)
+            raise BackendCompilerFailed(compile_, RuntimeError("no C++ compiler"), None)
 
         return call
 
     monkeypatch.setattr(warp_decode, "compile_available", lambda device: (True, ""))
     monkeypatch.setattr(warp_decode, "use_compile_cache", lambda cache_dir=None: None)
-    monkeypatch.setattr(torch, "compile", failing_compile)
+    monkeypatch.setattr(torch, "compile", compile_)
     monkeypatch.setattr(compilation, "_announced", set())
+
+
+def test_compile_failure_falls_back_to_eager_and_says_why(failing_compile, caplog):
     warp, decoder = toy_networks()
     source, motion = make_source(volumes(1)), make_motion(3)
     engine = WarpDecodeEngine(warp, decoder, batch_size=2)
@@ -578,19 +583,7 @@ def test_background_warmup_of_a_video_source_is_its_own_graph(gated_compile):
     assert (True, 4) not in engine._warmups and engine.stats.graph_batches - before == 2
 
 
-def test_background_compile_failure_falls_back_to_eager_and_says_why(monkeypatch, caplog):
-    from torch._dynamo.exc import BackendCompilerFailed
-
-    def failing_compile(fn, **kwargs):
-        def call(*args):
-            raise BackendCompilerFailed(failing_compile, RuntimeError("no C++ compiler"), None)
-
-        return call
-
-    monkeypatch.setattr(warp_decode, "compile_available", lambda device: (True, ""))
-    monkeypatch.setattr(warp_decode, "use_compile_cache", lambda cache_dir=None: None)
-    monkeypatch.setattr(torch, "compile", failing_compile)
-    monkeypatch.setattr(compilation, "_announced", set())
+def test_background_compile_failure_falls_back_to_eager_and_says_why(failing_compile, caplog):
     warp, decoder = toy_networks()
     source, motion = make_source(volumes(1)), make_motion(6)
     engine = WarpDecodeEngine(warp, decoder, batch_size=2, warmup="background")
