@@ -433,19 +433,19 @@ def test_cuda_auto_backend_is_torch_fp16(wide_path):
 
 def test_mapped_weights_are_kept_for_the_next_process_and_remapped_when_the_file_changes(tmp_path, monkeypatch,
                                                                                          caplog):
-    from ditto_core.models import hubert_onnx_weights, hubert_weight_cache
+    from ditto_core.models import hubert_weight_cache
 
     onnx_path = export_hubert_onnx(random_hubert(SMALL, seed=4), tmp_path / "hubert.onnx")
     cache = tmp_path / "cache"
     config, state = hubert_weight_cache.cached_hubert_weights(onnx_path, cache)
     (entry,) = cache.glob("*.safetensors")
     mapped = []
-    real_read = hubert_onnx_weights.read_hubert_onnx
-    monkeypatch.setattr(hubert_onnx_weights, "read_hubert_onnx", lambda path: mapped.append(path) or real_read(path))
+    monkeypatch.setattr(hubert_weight_cache, "read_hubert_onnx",
+                        lambda path: mapped.append(path) or read_hubert_onnx(path))
     again_config, again = hubert_weight_cache.cached_hubert_weights(onnx_path, cache)
     assert not mapped and again_config == config  # read from the entry, not from the graph
     assert again.keys() == state.keys() and all(torch.equal(again[k], state[k]) for k in state)
-    model = load_hubert_onnx(onnx_path, cache_dir=cache)
+    model = hubert_weight_cache.load_cached_hubert(onnx_path, cache_dir=cache)
     assert not mapped and model.config == config
     # Another file under the same name (a new download): mapped again, the entry replaced.
     export_hubert_onnx(random_hubert(SMALL, seed=5), onnx_path)

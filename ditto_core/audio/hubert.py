@@ -265,11 +265,10 @@ class HubertFeatureExtractor:
         self._init_onnxruntime(path)
 
     def _init_torch(self, path: Path, precision: Optional[str], max_batch_windows: Optional[int]) -> None:
-        from ..models.hubert_onnx_weights import load_hubert_onnx
-        from ..user_cache import user_cache_dir
+        from ..models.hubert_weight_cache import load_cached_hubert
 
         precision = precision or (DEFAULT_CUDA_PRECISION if self.device.type == "cuda" else "fp32")
-        model = load_hubert_onnx(path, self.device, PRECISIONS[precision], cache_dir=user_cache_dir("hubert"))
+        model = load_cached_hubert(path, self.device, PRECISIONS[precision])
         if model.config.hidden_size != HUBERT_DIM:
             raise CheckpointError(f"{str(path)!r} is a HuBERT {model.config.hidden_size} wide; Ditto's is "
                                   f"{HUBERT_DIM} wide. {_DOWNLOAD_HINT}.")

@@ -639,20 +639,18 @@ def read_hubert_onnx(path: Union[str, os.PathLike]) -> tuple[HubertConfig, dict[
 
 
 def load_hubert_onnx(
-    path: Union[str, os.PathLike], device: Union[str, torch.device] = "cpu", dtype: torch.dtype = torch.float32,
-    cache_dir: Optional[Path] = None,
+    path: Union[str, os.PathLike], device: Union[str, torch.device] = "cpu", dtype: torch.dtype = torch.float32
 ) -> Hubert:
-    """A :class:`~.hubert.Hubert` in eval mode holding the weights of the ONNX file at ``path``.
+    """A :class:`~.hubert.Hubert` in eval mode holding the weights of the ONNX file at ``path``."""
+    config, state = read_hubert_onnx(path)
+    return build_hubert(config, state, path, device, dtype)
 
-    ``cache_dir``: keep the mapped weights there for later processes
-    (:mod:`.hubert_weight_cache`); ``None`` maps the graph every time.
-    """
-    if cache_dir is None:
-        config, state = read_hubert_onnx(path)
-    else:
-        from .hubert_weight_cache import cached_hubert_weights
 
-        config, state = cached_hubert_weights(path, cache_dir)
+def build_hubert(
+    config: HubertConfig, state: dict[str, torch.Tensor], path: Union[str, os.PathLike],
+    device: Union[str, torch.device] = "cpu", dtype: torch.dtype = torch.float32,
+) -> Hubert:
+    """The module of ``config`` holding ``state`` (mapped from the file at ``path``), in eval mode."""
     with torch.device("meta"):
         model = Hubert(config)
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)

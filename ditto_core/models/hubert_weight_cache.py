@@ -23,7 +23,8 @@ import torch
 
 from ..atomic_files import atomic_write
 from ..user_cache import user_cache_dir
-from .hubert import HubertConfig
+from .hubert import Hubert, HubertConfig
+from .hubert_onnx_weights import build_hubert, read_hubert_onnx
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +45,21 @@ def fingerprint(onnx_path: Path) -> str:
     return digest.hexdigest()
 
 
+def load_cached_hubert(
+    onnx_path: Union[str, os.PathLike], device: Union[str, torch.device] = "cpu",
+    dtype: torch.dtype = torch.float32, cache_dir: Optional[Path] = None,
+) -> Hubert:
+    """:func:`~.hubert_onnx_weights.load_hubert_onnx` through the cache (``None``: the user's)."""
+    config, state = cached_hubert_weights(onnx_path, cache_dir)
+    return build_hubert(config, state, onnx_path, device, dtype)
+
+
 def cached_hubert_weights(
     onnx_path: Union[str, os.PathLike], cache_dir: Optional[Path] = None
 ) -> tuple[HubertConfig, dict[str, torch.Tensor]]:
     """The configuration and state dict of ``onnx_path``, from the cache when it holds them."""
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file
-
-    from .hubert_onnx_weights import read_hubert_onnx
 
     cache_dir = Path(cache_dir) if cache_dir is not None else user_cache_dir("hubert")
     key = fingerprint(Path(onnx_path))
