@@ -130,8 +130,8 @@ def test_failed_set_load_leaves_nothing_loaded(model_dir, monkeypatch, device):
     built: list[weakref.ref] = []
     real_build = ditto_models.build_network
 
-    def recording_build(name, state, path):
-        module = real_build(name, state, path)
+    def recording_build(name, state, path, device="cpu"):
+        module = real_build(name, state, path, device)
         built.append(weakref.ref(module))
         return module
 

@@ -295,9 +295,9 @@ def test_without_a_config_blinks_are_off_and_only_a_run_that_wants_them_says_whe
     models = replace(random_ditto_models("cpu"), blink_table=None)
     pipeline = DittoPipeline(models, AuxModels(), hubert=None, compile=False, model_dir=tmp_path)
     with caplog.at_level(logging.INFO, logger="ditto_core.pipeline"):
-        pipeline._with_blink_table(MotionOptions(delta_eye_open_n=-1))
+        pipeline.with_blink_table(MotionOptions(delta_eye_open_n=-1))
         assert not caplog.text
-        pipeline._with_blink_table(MotionOptions())  # Ditto's default: random blinks
+        pipeline.with_blink_table(MotionOptions())  # Ditto's default: random blinks
     assert str(tmp_path / CONFIG_DIR / CONFIG_FILE) in caplog.text
     caplog.clear()
     _write(tmp_path / CONFIG_DIR / CONFIG_FILE, {"default_kwargs": {"emo": 4}})
