@@ -176,7 +176,7 @@ def test_injected_disk_full_is_reported_with_nothing_half_written(tmp_path, code
     message = str(error)
     assert str(tmp_path) in message and "3.0 MiB" in message and "free" in message, message
     assert ("quota" in message) == (code == errno.EDQUOT)
-    again = pickle.loads(pickle.dumps(error))  # as a batch worker hands it to its parent
+    again = pickle.loads(pickle.dumps(error))  # unsafe-ok: in memory, as a batch worker hands it to its parent
     assert type(again) is DiskFullError and str(again) == message and again.errno == code
     assert target.read_bytes() == b"old" and _listing(tmp_path) == ["entry.safetensors"]
 
