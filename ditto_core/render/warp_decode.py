@@ -195,7 +195,8 @@ class WarpDecodeEngine(nn.Module):
             raise InputError(
                 f"render_batch: f_s holds {f_s.shape[0]} volumes for {n} frames; pass one per frame or one shared"
             )
-        return self._render(f_s, kp_source, kp_driving, eager=not self._graph_ready(shared_volume=f_s.shape[0] == 1))
+        graph = self._graph_ready(shared_volume=f_s.shape[0] == 1, volume_shape=tuple(f_s.shape[1:]))
+        return self._render(f_s, kp_source, kp_driving, eager=not graph)
 
     def _render(
         self, f_s: Tensor, kp_source: Tensor, kp_driving: Tensor, index: Optional[Tensor] = None, eager: bool = False
@@ -286,14 +287,17 @@ class WarpDecodeEngine(nn.Module):
         finally:
             warm.ready.set()
 
-    def _graph_ready(self, shared_volume: bool, frames: Optional[int] = None) -> bool:
+    def _graph_ready(
+        self, shared_volume: bool, volume_shape: tuple[int, ...] = VOLUME_SHAPE, frames: Optional[int] = None
+    ) -> bool:
         """Whether batches of a ``frames``-long clip may use the graph now; starts its background
-        compile when needed (a clip shorter than ``compile_min_frames`` starts none)."""
+        compile for sources of ``volume_shape`` when needed (a clip shorter than
+        ``compile_min_frames`` starts none)."""
         if frames is not None and frames < self.compile_min_frames and not self._compiled_before(shared_volume):
             return False
         if self.warmup == "foreground":
             return self.stats.compiled
-        self.start_warmup(shared_volume)
+        self.start_warmup(shared_volume, volume_shape)
         warm = self._warmups.get((shared_volume, self.batch_size))
         if warm is None or not warm.ready.is_set():
             return False
@@ -308,7 +312,7 @@ class WarpDecodeEngine(nn.Module):
                 and not frames < self.compile_min_frames)
 
     def _compiled_before(self, shared_volume: bool) -> bool:
-        """Whether this engine already paid for a graph of this shape (foreground: any graph)."""
+        """Whether this engine has a graph of this shape or is building it (foreground: any graph)."""
         if self.warmup == "foreground":
             return self.stats.graph_batches > 0
         warm = self._warmups.get((shared_volume, self.batch_size))
@@ -345,7 +349,7 @@ class WarpDecodeEngine(nn.Module):
         start = 0
         while start < total:
             # Decided per attempt: after an out-of-VRAM retry the batch may be no larger than the ramp.
-            graph = self._graph_ready(shared_volume=index is None, frames=total)
+            graph = self._graph_ready(shared_volume=index is None, volume_shape=tuple(f_s.shape[1:]), frames=total)
             first = start == 0 and self.stats.compiled and 0 < self.first_batch < self.batch_size
             rows = slice(start, min(start + (self.first_batch if first else self.batch_size), total))
             try:
