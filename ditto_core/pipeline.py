@@ -1,8 +1,9 @@
 """The headless end-to-end API: portrait + speech -> MP4.
 
-``python -m ditto_core render`` (``__main__.py``) and the all-in-one ComfyUI node call :class:`DittoPipeline`; the stage nodes call the
-same stage methods one at a time. Rendering streams: warp+decode, put-back and encoding run
-batch by batch, so host and GPU memory stay flat whatever the clip length.
+``python -m ditto_core render`` (``__main__.py``) and the all-in-one ComfyUI node call
+:class:`DittoPipeline`; the stage nodes call the same stage methods one at a time. Rendering
+streams: warp+decode, put-back and encoding run batch by batch, so host and GPU memory stay flat
+whatever the clip length.
 """
 from __future__ import annotations
 
