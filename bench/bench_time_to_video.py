@@ -263,7 +263,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = parser.parse_args(argv)
     if args.child:
         _child(args)
-        return
+        from ditto_core.process_exit import exit_now
+
+        exit_now(0)  # as the CLI ends: the process's exit is part of what its user waits for
     _ensure_models(args)
     args.profile_dir.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"config": {k: str(v) for k, v in vars(args).items()}, "clips": {}}

@@ -20,6 +20,7 @@ from typing import Callable, Optional, Sequence, TextIO
 from .batch import cli as batch_cli
 from .errors import DittoError
 from .live import server as live_server
+from .process_exit import exit_now
 from .signals import exit_status, terminate_as_interrupt
 from .motion.motion_options import EMOTIONS, MAX_STEPS
 from .precision import LMDM_PRECISIONS, NETWORK_PRECISIONS
@@ -168,7 +169,9 @@ def _add_render(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-seconds", type=_positive_seconds, default=None,
                    help="render only the first N seconds of speech (default: all of it)")
     p.add_argument("--cache-dir", type=Path, default=None, help="avatar cache folder (default: <--models>/cache)")
-    p.set_defaults(run=_render, check=_check_render)
+    # one_shot: the process ends right after the MP4 is out (main's exit_fast); the batch and
+    # serve commands own Ray clusters and servers whose shutdown must run.
+    p.set_defaults(run=_render, check=_check_render, one_shot=True)
 
 
 def _check_render(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
@@ -345,11 +348,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, exit_fast: bool = False) -> int:
+    """Run one command; its exit status. ``exit_fast`` (the ``python -m ditto_core`` entry
+    point, never a caller in-process): a render ends its process as soon as its MP4 and
+    messages are out, skipping Python's teardown (:mod:`.process_exit`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if hasattr(args, "check"):
         args.check(args, _subparser(parser, args.command))
+    status = _run_command(args)
+    if exit_fast and getattr(args, "one_shot", False):
+        exit_now(status)
+    return status
+
+
+def _run_command(args: argparse.Namespace) -> int:
     try:
         with terminate_as_interrupt():  # SIGTERM / SIGHUP clean up as Ctrl-C does
             return args.run(args)
@@ -367,4 +380,4 @@ def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.Argume
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(exit_fast=True))

@@ -88,6 +88,23 @@ def test_yuv_input_and_host_rgb_input_encode_the_same_video(tmp_path):
     assert decoded_indices(tmp_path / "yuv.mp4") == list(range(6))
 
 
+@pytest.mark.parametrize("height", [64, 66])  # wrapped without a copy, and copied (height % 4 == 2)
+def test_yuv_buffer_reused_after_each_write_keeps_every_picture(tmp_path, height):
+    """write_yuv hands x264 frames over the caller's memory (no copy): the writer refills its
+    pinned buffers as soon as write_yuv returns, so each picture must already be x264's own."""
+    from ditto_core.video.colour import rgb_to_yuv420p
+
+    frames = rgb_to_yuv420p(watermarked(0, 12, height=height, width=128)).numpy()
+    settings = EncoderSettings(width=128, height=height, fps=FPS, crf=0, preset="ultrafast")
+    buffer = np.empty_like(frames[:2])
+    with SegmentEncoder(tmp_path / "reused.mp4", settings, whole=True) as encoder:
+        for first in range(0, len(frames), 2):
+            buffer[:] = frames[first : first + 2]
+            encoder.write_yuv(buffer)
+        buffer[:] = 0  # what a recycled buffer holds next; frames still in x264's lookahead must not see it
+    assert decoded_indices(tmp_path / "reused.mp4") == list(range(12))
+
+
 @pytest.mark.gpu
 def test_cuda_frames_through_parallel_segments_keep_order_and_size(tmp_path):
     """The GPU path end to end: CUDA frames (odd size) converted on the device, several

@@ -384,8 +384,11 @@ class SegmentEncoder:
             self.write_rgb(frames.contiguous().numpy())
 
     def write_yuv(self, packed: np.ndarray) -> None:
-        """Encode (n, H' * 3 // 2, W') uint8 packed yuv420p frames (H', W' the padded size)."""
-        self._encode(av.VideoFrame.from_ndarray(image, format="yuv420p") for image in packed)
+        """Encode (n, H' * 3 // 2, W') uint8 packed yuv420p frames (H', W' the padded size).
+
+        The caller may overwrite ``packed`` once this returns (x264 has copied every picture).
+        """
+        self._encode(_yuv420p_frame(image) for image in packed)
 
     def write_rgb(self, frames: np.ndarray) -> None:
         """Encode (n, H', W', 3) uint8 RGB frames of the padded size, converted by swscale."""
@@ -393,7 +396,7 @@ class SegmentEncoder:
         interpolation = av.video.reformatter.Interpolation.AREA  # swscale's filter matching rgb_to_yuv420p
         self._encode(
             self._reformatter.reformat(
-                av.VideoFrame.from_ndarray(image, format="rgb24"), width, height, "yuv420p",
+                _wrapped_frame(np.ascontiguousarray(image), "rgb24"), width, height, "yuv420p",
                 dst_colorspace=av.video.reformatter.Colorspace.ITU709,
                 dst_color_range=av.video.reformatter.ColorRange.MPEG, interpolation=interpolation,
             )
@@ -464,6 +467,27 @@ class SegmentEncoder:
             self.close()
         else:
             self.abort()
+
+
+def _wrapped_frame(image: np.ndarray, pixel_format: str) -> av.VideoFrame:
+    """A VideoFrame over ``image``'s own memory, made without copying it.
+
+    ``VideoFrame.from_ndarray`` copies a picture twice while holding the GIL (through a bytes
+    object), which made the encoder thread, not x264, the writer's limit and stalled the render
+    thread beside it. A wrapped frame is safe to hand to ``encode``: libx264 copies the picture
+    into its own frame buffers inside ``avcodec_send_frame`` (it never keeps the caller's), and
+    swscale writes a new frame.
+    """
+    return av.VideoFrame.from_numpy_buffer(image, format=pixel_format)
+
+
+def _yuv420p_frame(image: np.ndarray) -> av.VideoFrame:
+    """A frame for one packed (H * 3 // 2, W) yuv420p picture; wrapped where PyAV can."""
+    # PyAV derives the luma height of a wrapped yuv420p buffer as rows // 6 * 4, exact only
+    # when H is a multiple of 4; other heights take the copying constructor.
+    if image.shape[0] % 6 == 0:
+        return _wrapped_frame(image, "yuv420p")
+    return av.VideoFrame.from_ndarray(image, format="yuv420p")
 
 
 def check_frames(frames: Tensor, settings: EncoderSettings, where: str) -> None:

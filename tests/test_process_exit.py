@@ -1,0 +1,42 @@
+"""A finished CLI render ends its process at once (no teardown), with its status, its messages
+and its files complete."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import av
+import pytest
+
+from tests.test_signals import REPO, _tiny_clip, _work_folders
+
+
+def test_exit_now_keeps_status_and_output_and_skips_teardown():
+    code = ("import atexit; from ditto_core.process_exit import exit_now; "
+            "atexit.register(lambda: print('teardown ran')); "
+            "print('result line', end=''); exit_now(3)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3
+    assert done.stdout == "result line"  # flushed from a pipe's buffer, no newline needed
+    assert "teardown ran" not in done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_cli_render_process_ends_with_its_mp4_complete(tmp_path):
+    image, audio = _tiny_clip(tmp_path)
+    out, temp_dir = tmp_path / "out" / "clip.mp4", tmp_path / "tmp"
+    temp_dir.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "ditto_core", "render", "--image", str(image), "--audio", str(audio),
+         "--out", str(out), "--random-weights", "--device", "cpu", "--steps", "2", "--preset", "ultrafast",
+         "--max-seconds", "0.4", "--batch-size", "2"],
+        cwd=REPO, env={**os.environ, "TMPDIR": str(temp_dir), "OMP_NUM_THREADS": "1"},
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {out}" in done.stdout
+    with av.open(str(out)) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 10  # 0.4 s at 25 fps
+    assert [p.name for p in out.parent.iterdir()] == ["clip.mp4"]
+    assert _work_folders(temp_dir) == []
