@@ -16,7 +16,10 @@ readers hold the lock shared, so an entry is never deleted under one that is ver
 Packages carry no weights (``package_constants_in_so`` off): :func:`load_with_constants` hands
 the module's own parameters and buffers to the loaded package, without a copy. One package thus
 serves any checkpoint of the architecture, and the key needs no digest of the weights, only of
-the architecture (names, shapes, dtypes and strides of the tensors, and the code).
+the architecture (names, shapes, dtypes and strides of the tensors, and the code). Inductor may
+still bake a few tensors into the code (two tiny biases of the warp network, seen with torch
+2.13): the manifest names them with a digest of their values, and a module whose values differ
+is refused that package, which is then rebuilt from its own.
 """
 from __future__ import annotations
 
@@ -148,12 +151,13 @@ class PackageCache:
             return "its package does not match the manifest's SHA-256 (corrupt or altered)"
         return None
 
-    def load(self, key: PackageKey, load: Callable[[Path], Loaded],
-             build: Optional[Callable[[Path], None]] = None) -> Optional[Loaded]:
-        """``load(package path)`` of the valid entry of ``key``.
+    def load(self, key: PackageKey, load: Callable[[Path, dict], Loaded],
+             build: Optional[Callable[[Path], dict]] = None) -> Optional[Loaded]:
+        """``load(package path, manifest)`` of the valid entry of ``key``.
 
         Without a valid entry, ``build(path)`` writes a new package (the invalid entry is
-        deleted first) and that is loaded; with ``build`` None, None is returned. Raises
+        deleted first) and returns what to add to its manifest; that package is then loaded.
+        With ``build`` None, None is returned. Raises
         :class:`AotUnavailable` when the build fails or the new package does not load.
         """
         with folder_lock(self._lock(key), shared=True):
@@ -173,14 +177,15 @@ class PackageCache:
     def _lock(self, key: PackageKey) -> Path:
         return self.root / _LOCKS / key.folder
 
-    def _load_valid(self, key: PackageKey, load: Callable[[Path], Loaded], may_delete: bool) -> Optional[Loaded]:
+    def _load_valid(self, key: PackageKey, load: Callable[[Path, dict], Loaded], may_delete: bool
+                    ) -> Optional[Loaded]:
         entry = self.entry(key)
         why = self.problem(key)
         if why == "absent":
             return None
         if why is None:
             try:
-                return load(entry / PACKAGE_FILE)
+                return load(entry / PACKAGE_FILE, json.loads((entry / MANIFEST_FILE).read_text()))
             except Exception as error:  # a package that verifies and still fails is as bad as a corrupt one
                 why = f"it does not load ({type(error).__name__}: {error})"
         if may_delete:
@@ -190,15 +195,15 @@ class PackageCache:
             log.info("Ditto: the AOT package %s is not usable: %s", entry, why)
         return None
 
-    def _build(self, key: PackageKey, build: Callable[[Path], None]) -> None:
+    def _build(self, key: PackageKey, build: Callable[[Path], dict]) -> None:
         reap_stale_temporaries(self.root)  # what builders killed mid-way left behind
         start = time.perf_counter()
         try:
             with atomic_dir(self.entry(key), replace=True) as folder:
                 package = folder / PACKAGE_FILE
-                build(package)
+                extra = build(package)
                 manifest = {"key": key.as_json(), "bytes": package.stat().st_size, "sha256": file_sha256(package),
-                            "built_seconds": round(time.perf_counter() - start, 3)}
+                            "built_seconds": round(time.perf_counter() - start, 3), **extra}
                 (folder / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
             self.builds += 1
         except Exception as error:
@@ -207,26 +212,45 @@ class PackageCache:
         log.info("Ditto: built the AOT package %s in %.1f s", self.entry(key), time.perf_counter() - start)
 
 
-def build_package(module: nn.Module, args: tuple[Tensor, ...], path: Path) -> None:
+def build_package(module: nn.Module, args: tuple[Tensor, ...], path: Path) -> dict[str, object]:
     """Export ``module(*args)`` at these exact shapes and compile it into a package at ``path``
-    (a ``.pt2``), without its weights (see :func:`load_with_constants`)."""
+    (a ``.pt2``), without its weights (see :func:`load_with_constants`); returns the manifest's
+    record of the tensors Inductor baked in anyway."""
     with torch.inference_mode(False), torch.no_grad():
         args = tuple(a.clone() for a in args)  # an inference tensor (made in inference mode) cannot be traced
         program = torch.export.export(module, args, strict=False)
     torch._inductor.aoti_compile_and_package(
         program, package_path=str(path), inductor_configs={"aot_inductor.package_constants_in_so": False})
+    handed = set(torch._inductor.aoti_load_package(str(path)).get_constant_fqns())
+    baked = sorted(name for name in _named_tensors(module) if name not in handed)
+    return {"baked": baked, "baked_sha256": _values_digest(module, baked)}
 
 
-def load_with_constants(path: Path, module: nn.Module, device: torch.device,
+def _named_tensors(module: nn.Module) -> dict[str, Tensor]:
+    return {**dict(module.named_parameters()), **dict(module.named_buffers())}
+
+
+def _values_digest(module: nn.Module, names: list[str]) -> str:
+    tensors = _named_tensors(module)
+    digest = hashlib.sha256()
+    for name in names:
+        digest.update(name.encode() + tensors[name].detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def load_with_constants(path: Path, manifest: dict, module: nn.Module, device: torch.device,
                         single_threaded: bool = False) -> Callable[..., Tensor]:
     """Load the package at ``path`` onto ``device`` and point it at ``module``'s parameters and
     buffers (by name, not copied: the module must outlive it; their shapes, dtypes and strides
     are the key's :func:`architecture_digest`). ``single_threaded``: no locking or events around
     a run, which a CUDA-graph capture needs. Refused if the package wants a tensor the module
-    lacks."""
+    lacks, or baked in values of tensors that differ from the module's (``manifest``)."""
+    baked = manifest.get("baked", [])
+    if not set(baked) <= set(_named_tensors(module)) or _values_digest(module, baked) != manifest.get("baked_sha256"):
+        raise AotUnavailable(f"the package was built with other values of the tensors it bakes in ({baked})")
     index = device.index if device.type == "cuda" and device.index is not None else -1
     loaded = torch._inductor.aoti_load_package(str(path), run_single_threaded=single_threaded, device_index=index)
-    tensors = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+    tensors = _named_tensors(module)
     wanted = loaded.get_constant_fqns()
     missing = [name for name in wanted if name not in tensors]
     if missing:

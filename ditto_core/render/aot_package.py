@@ -5,7 +5,8 @@ every frame, ``(1, 32, 16, 64, 64)``, or one per frame, ``(B, 32, 16, 64, 64)``.
 those, the machine and versions, whether our Triton kernels are in it, and a digest of the
 networks' architecture and of the model code. The weights are not in it: the loaded package
 runs on the engine's own parameters, so a package built from random weights serves the
-official checkpoint too (same architecture, same key).
+official checkpoint too (same architecture, same key), unless Inductor baked a tensor whose
+value differs (see :mod:`ditto_core.aot_packages`).
 
 On CUDA each loaded package is replayed from a CUDA graph captured at its first call: AOTI
 allocates through PyTorch's caching allocator on the current stream, so a capture records its
@@ -109,10 +110,10 @@ def load_step(cache: PackageCache, warp_network: nn.Module, decoder: nn.Module, 
     key = package_key(warp_network, decoder, volume, batch_size, triton_kernels)
     graphed = device.type == "cuda"
 
-    def make(path: Path) -> None:
-        build_package(step, example_inputs(volume, batch_size, device, dtype), path)
+    def make(path: Path) -> dict:
+        return build_package(step, example_inputs(volume, batch_size, device, dtype), path)
 
-    def load(path: Path) -> PackagedStep:
-        return PackagedStep(load_with_constants(path, step, device, single_threaded=graphed), graphed)
+    def load(path: Path, manifest: dict) -> PackagedStep:
+        return PackagedStep(load_with_constants(path, manifest, step, device, single_threaded=graphed), graphed)
 
     return cache.load(key, load, make if build else None)
