@@ -208,8 +208,10 @@ def render_cli(args: argparse.Namespace, stream: TextIO = sys.stderr) -> Path:
     motion_options = MotionOptions(steps=args.steps, seed=args.seed, emo=args.emo, eye_f0_mode=args.eye_lock,
                                    delta_eye_open_n=args.blinks, sampler_precision=args.lmdm_precision,
                                    sampler_compile=args.lmdm_compile)
+    # A cached AOT package renders any clip compiled at once; without one, clips too short to
+    # repay a compile render eagerly, and the package is built after the MP4 (below).
     common = dict(device=args.device, dtype=network_dtype(args.precision), batch_size=args.batch_size,
-                  compile_min_frames=ONE_CLIP_COMPILE_MIN_FRAMES)
+                  compile_min_frames=ONE_CLIP_COMPILE_MIN_FRAMES, warmup="aot_cached")
     with tempfile.TemporaryDirectory(prefix="ditto_") as workdir:
         if args.random_weights:
             log.warning("random weights: every stage runs, but the video shows noise, not a face")
@@ -227,6 +229,12 @@ def render_cli(args: argparse.Namespace, stream: TextIO = sys.stderr) -> Path:
                            status=progress.status, encoders=args.encoders)
     for stage, seconds in pipeline.times.seconds.items():
         print(f"{stage:>15}: {seconds:7.2f} s")
+    from .render.aot_build import build_in_background
+
+    builder = build_in_background(engine, None if args.random_weights else Path(args.models), args.seed)
+    if builder is not None:
+        progress.status(f"building the render engine's package for the next runs in the background (pid "
+                        f"{builder.pid}, log {engine.aot_cache.root / 'build.log'})")
     return out
 
 

@@ -30,6 +30,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from .triton_kernels import traceable, triton_operator
+
 __all__ = ["CONFIGS", "best_tile", "pack_weight", "slice_conv_nhwc", "tile_config"]
 
 # Tile shapes tried by the autotuner, fastest first for the mask conv on an H200 (fp16, a batch
@@ -160,21 +162,34 @@ def slice_conv_nhwc(x: Tensor, weight: Tensor, tile: Optional[triton.Config] = N
             f"slice_conv_nhwc: needs NHWC images with unit channel stride and an odd (N, C, KH, KW) kernel "
             f"with their C; got x {tuple(x.shape)} strides {x.stride()}, weight {tuple(weight.shape)}"
         )
+    if tile is None and not x.is_cuda:
+        tile = CONFIGS[0]
+    shape = [] if tile is None else [*(tile.kwargs[k] for k in _TILE_KEYS), tile.num_warps, tile.num_stages]
+    return _slice_conv(x, pack_weight(weight.to(x.dtype)), out_channels, kh, kw, shape)
+
+
+_TILE_KEYS = ("BLOCK_M", "BLOCK_N", "TAIL_N", "BLOCK_K", "K_TAIL")
+
+
+@triton_operator("slice_conv_nhwc")
+def _slice_conv(x: Tensor, packed: Tensor, out_channels: int, kh: int, kw: int, tile: list[int]) -> Tensor:
+    """The launch behind :func:`slice_conv_nhwc`: ``tile`` is :func:`tile_config`'s arguments,
+    or empty to autotune (an operator's arguments cannot be a ``triton.Config``)."""
+    slices, height, width, channels = x.shape
     out = torch.empty(slices, height, width, out_channels, device=x.device, dtype=x.dtype)
 
     def grid(meta: dict) -> tuple[int, int]:
         return (slices * triton.cdiv(height * width, meta["BLOCK_M"]),
                 triton.cdiv(out_channels, meta["BLOCK_N"] + meta["TAIL_N"]))
 
-    packed = pack_weight(weight.to(x.dtype))
     args = (x, packed, out, x.stride(0), x.stride(1), x.stride(2))
     shape = dict(H=height, W=width, C=channels, N=out_channels, N_PAD=packed.shape[1], KH=kh, KW=kw, SLICES=slices)
-    if tile is None and not x.is_cuda:
-        tile = CONFIGS[0]
-    if tile is None:
-        _autotuned_kernel[grid](*args, **shape)
+    if not tile:
+        traceable(_autotuned_kernel)[grid](*args, **shape)
     else:
-        _slice_conv_kernel[grid](*args, **shape, **tile.kwargs, num_warps=tile.num_warps, num_stages=tile.num_stages)
+        config = tile_config(*tile)
+        traceable(_slice_conv_kernel)[grid](*args, **shape, **config.kwargs, num_warps=config.num_warps,
+                                            num_stages=config.num_stages)
     return out
 
 

@@ -6,10 +6,16 @@ kernel in :mod:`.slice_conv_triton`), the dense motion's hourglass input and the
 in :mod:`.volume_sampling_triton`). Each such module has a ``use_triton`` flag, off by default;
 with it on, it runs its kernel for CUDA half-precision inputs and PyTorch's ops otherwise. The
 compiled warp+decode engine switches them on together where :func:`triton_kernels_supported`.
+
+Each kernel is launched from a :func:`triton_operator` (``torch.library.triton_op``) through
+:func:`traceable`: ``torch.export`` and ``make_fx`` see only the dispatcher, not a raw kernel
+launch, so without the operator an AOTInductor package could not contain the kernels; Inductor
+still sees inside the operator and launches the same kernel with the same arguments.
 """
 from __future__ import annotations
 
 import importlib.util
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -42,3 +48,20 @@ def use_triton_kernels_(module: nn.Module, enabled: bool) -> int:
 def runs_triton(enabled: bool, x: Tensor) -> bool:
     """Whether a layer whose ``use_triton`` is ``enabled`` runs its kernel on input ``x``."""
     return enabled and x.is_cuda and x.dtype in HALF_DTYPES
+
+
+def triton_operator(name: str) -> Callable[[Callable[..., Tensor]], Callable[..., Tensor]]:
+    """Decorator: ``fn`` as the functional operator ``ditto::<name>`` where this torch has
+    ``torch.library.triton_op`` (2.6 and later), ``fn`` itself otherwise (``torch.compile``
+    traces raw launches; only export needs the operator)."""
+    def register(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+        triton_op = getattr(torch.library, "triton_op", None)
+        return fn if triton_op is None else triton_op(f"ditto::{name}", fn, mutates_args=())
+    return register
+
+
+def traceable(kernel: Any) -> Any:
+    """``kernel`` launchable inside a :func:`triton_operator` so tracing records the launch
+    (``torch.library.wrap_triton``); in eager code the launch is the kernel's own."""
+    wrap = getattr(torch.library, "wrap_triton", None)
+    return kernel if wrap is None else wrap(kernel)

@@ -35,6 +35,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from .triton_kernels import traceable, triton_operator
+
 __all__ = ["make_hourglass_input", "warp_volume"]
 
 _BLOCK = 128
@@ -152,11 +154,19 @@ def make_hourglass_input(volume: Tensor, kp_source: Tensor, kp_driving: Tensor, 
             f"make_hourglass_input: needs a (B, C, D, H, W) volume and (B, K, 3) keypoints; got "
             f"{tuple(volume.shape)}, {tuple(kp_source.shape)}, {tuple(kp_driving.shape)}"
         )
-    channels = (k + 1) * (c + 1) + padding
+    return _hourglass_input(volume, kp_source.float().contiguous(), kp_driving.float().contiguous(), coef, padding)
+
+
+@triton_operator("hourglass_input")
+def _hourglass_input(volume: Tensor, kp_source: Tensor, kp_driving: Tensor, coef: float, padding: int) -> Tensor:
+    """The launch behind :func:`make_hourglass_input` (checked float32 contiguous keypoints)."""
+    b, c, d, h, w = volume.shape
+    moves = kp_source.shape[1] + 1
+    channels = moves * (c + 1) + padding
     out = torch.empty(b, channels, d, h, w, device=volume.device, dtype=volume.dtype)
-    _hourglass_input_kernel[(b, triton.cdiv(d * h * w, _BLOCK))](
-        volume, kp_source.float().contiguous(), kp_driving.float().contiguous(), out, *volume.stride(),
-        C=c, D=d, H=h, W=w, MOVES=k + 1, CHANNELS=channels, COEF=coef, BLOCK=_BLOCK, num_warps=_WARPS)
+    traceable(_hourglass_input_kernel)[(b, triton.cdiv(d * h * w, _BLOCK))](
+        volume, kp_source, kp_driving, out, *volume.stride(),
+        C=c, D=d, H=h, W=w, MOVES=moves, CHANNELS=channels, COEF=coef, BLOCK=_BLOCK, num_warps=_WARPS)
     return out
 
 
@@ -202,8 +212,16 @@ def warp_volume(volume: Tensor, grid: Tensor) -> Tensor:
             f"warp_volume: needs a (B, C, D, H, W) volume and a float32 (B, D', H', W', 3) grid; got "
             f"{tuple(volume.shape)}, {tuple(grid.shape)} {grid.dtype}"
         )
+    return _warp_volume(volume, grid)
+
+
+@triton_operator("warp_volume")
+def _warp_volume(volume: Tensor, grid: Tensor) -> Tensor:
+    """The launch behind :func:`warp_volume` (checked shapes)."""
+    b, c, d, h, w = volume.shape
+    _, out_d, out_h, out_w, _ = grid.shape
     out = torch.empty(b, c, out_d, out_h, out_w, device=volume.device, dtype=volume.dtype)
-    _warp_kernel[(b, triton.cdiv(out_d * out_h * out_w, _BLOCK))](
+    traceable(_warp_kernel)[(b, triton.cdiv(out_d * out_h * out_w, _BLOCK))](
         volume, grid, out, *volume.stride(), *grid.stride(), C=c, D=d, H=h, W=w, OUT_D=out_d, OUT_H=out_h,
         OUT_W=out_w, BLOCK=_BLOCK, num_warps=_WARPS)
     return out

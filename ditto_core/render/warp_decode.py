@@ -18,6 +18,13 @@ Two ways to get the compiled graph (``warmup``):
   switch to the graph once it is ready. A new process then delivers frames at once instead of
   after the compile, and a clip too short to repay a compile never waits for one.
   :meth:`WarpDecodeEngine.start_warmup` starts it early (when the models load).
+* ``"aot"``: the graph comes from an AOTInductor package in the user cache
+  (:mod:`.aot_package`), built on first need (the caller waiting) and loaded in milliseconds by
+  every later process; on CUDA it is replayed from a CUDA graph. ``"aot_cached"`` uses a package
+  only where one is cached already and otherwise behaves as ``"foreground"``; the shapes it found
+  no package for are listed in :attr:`WarpDecodeEngine.aot_missing` (the CLI builds them in
+  another process once the clip is written). Where a package cannot be built or loaded, the
+  engine falls back to ``"foreground"``, announced once.
 
 Precision is the networks' own: the engine runs them in the dtype of their weights and hands
 them float32 keypoints; the warp network keeps its sampling grids in float32 by itself. No
@@ -37,6 +44,7 @@ from typing import Callable, Iterator, Optional
 import torch
 from torch import Tensor, nn
 
+from ..aot_packages import AotUnavailable, PackageCache
 from ..compilation import announce_once, compile_available, compile_failures, reset_compiled_state
 from ..errors import DittoError, InputError
 from ..gil_turns import short_gil_turns
@@ -46,6 +54,7 @@ from ..motion.motion_sequence import MotionSequence
 from ..progress import ProgressCallback, report
 from ..user_cache import user_cache_dir
 from ..registration.source_info import SourceInfo
+from .aot_package import PackagedStep, load_step, warp_decode_step
 from .rendered_frames import RenderedFrames
 
 log = logging.getLogger(__name__)
@@ -58,7 +67,7 @@ log = logging.getLogger(__name__)
 # measured yet and keeps a conservative estimate.
 _BYTES_PER_FRAME = {torch.float32: 620 << 20, torch.float16: 310 << 20, torch.bfloat16: 310 << 20}
 MAX_BATCH = 32
-WARMUP_MODES = ("foreground", "background")
+WARMUP_MODES = ("foreground", "background", "aot", "aot_cached")
 # Ditto's feature volume per source frame: (channels, depth, height, width).
 VOLUME_SHAPE = (32, 16, 64, 64)
 # The decoder's output side is this multiple of the feature volume's side (64 -> 512).
@@ -106,6 +115,8 @@ class EngineStats:
     warmup: str = "foreground"  # how the graph is compiled (see WARMUP_MODES)
     eager_batches: int = 0  # batches rendered without the graph (ramp, or while it compiled)
     graph_batches: int = 0  # batches rendered through the graph
+    aot_seconds: Optional[float] = None  # "aot" modes: the first package found and loaded (or built) in
+    aot_built: bool = False  # whether this engine built a package (none was cached)
 
 
 @dataclass
@@ -131,10 +142,12 @@ class WarpDecodeEngine(nn.Module):
         first_batch: frames in the first batch of every clip when compiled, run eagerly: the
             first frames reach the encoder after a few frames' work instead of a whole graph
             batch's (time to first frame), and the graph takes over from the next batch.
-        warmup: ``"foreground"`` or ``"background"`` (see the module docstring).
+        warmup: one of :data:`WARMUP_MODES` (see the module docstring).
         compile_min_frames: a clip shorter than this renders eagerly unless its graph is
             already compiled: for a one-clip process, a compile costs more than it saves on a
-            short clip (see docs/PERFORMANCE.md). 0: every clip may compile.
+            short clip (see docs/PERFORMANCE.md). 0: every clip may compile. A cached AOT
+            package is no compile: it serves clips of any length.
+        aot_cache: where the ``"aot"`` modes keep packages (default: the user cache's ``aot``).
     """
 
     def __init__(
@@ -147,6 +160,7 @@ class WarpDecodeEngine(nn.Module):
         first_batch: int = 4,
         warmup: str = "foreground",
         compile_min_frames: int = 0,
+        aot_cache: Optional[PackageCache] = None,
     ) -> None:
         super().__init__()
         if warmup not in WARMUP_MODES:
@@ -164,6 +178,9 @@ class WarpDecodeEngine(nn.Module):
         self.stats = EngineStats(compiled=ok, batch_size=self.batch_size, reason_eager=why, warmup=warmup)
         self._step: Optional[Callable[[Tensor, Tensor, Tensor], Tensor]] = None
         self._warmups: dict[tuple[bool, int], _Warmup] = {}  # (one shared volume, batch size) -> its compile
+        self.aot_cache = aot_cache or PackageCache()
+        self._packages: dict[tuple[int, tuple[int, ...]], Optional[PackagedStep]] = {}  # (batch, f_s shape) ->
+        self.aot_missing: list[tuple[int, ...]] = []  # "aot_cached": f_s shapes that found no package
         # Our Triton kernels go with compilation: a machine that cannot compile Triton kernels
         # (or a user who turned compiling off) gets the plain PyTorch path throughout.
         triton_ok, self.stats.reason_pytorch = triton_kernels_supported(self.device, self.dtype) if ok else (False, why)
@@ -171,15 +188,26 @@ class WarpDecodeEngine(nn.Module):
         self.stats.triton_kernels = switched if triton_ok else 0
         if ok:
             use_compile_cache(cache_dir)
-            mode = "reduce-overhead" if warmup == "foreground" else "default"
-            self._step = torch.compile(self._forward, mode=mode, dynamic=False)
+            self._step = self._run_package if self._aot else self._compiled(warmup)
         elif compile:
             _announce_eager(why)
 
     def _forward(self, f_s: Tensor, kp_source: Tensor, kp_driving: Tensor) -> Tensor:
         """(1 or B, 32, 16, H, W) engine dtype, (B, 21, 3) x2 float32 -> (B, 3, 8H, 8W) engine dtype."""
-        f_s = f_s.expand(kp_driving.shape[0], *f_s.shape[1:])
-        return self.decoder(self.warp_network(f_s, kp_source, kp_driving))
+        return warp_decode_step(self.warp_network, self.decoder, f_s, kp_source, kp_driving)
+
+    def _compiled(self, warmup: str) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+        mode = "reduce-overhead" if warmup == "foreground" else "default"
+        return torch.compile(self._forward, mode=mode, dynamic=False)
+
+    @property
+    def _aot(self) -> bool:
+        return self.warmup in ("aot", "aot_cached")
+
+    @property
+    def _outputs_reused(self) -> bool:
+        """Whether the next graph call overwrites this one's output (CUDA graphs)."""
+        return self.warmup == "foreground" or (self._aot and self.device.type == "cuda")
 
     @torch.inference_mode()
     def render_batch(self, f_s: Tensor, kp_source: Tensor, kp_driving: Tensor) -> Tensor:
@@ -211,7 +239,7 @@ class WarpDecodeEngine(nn.Module):
                 out = self._run_compiled(args)[:n]
                 self.stats.graph_batches += 1
                 # CUDA-graph outputs live in a pool that the next replay overwrites: hand out a copy.
-                return out.clone() if self.warmup == "foreground" else out
+                return out.clone() if self._outputs_reused else out
             except compile_failures() as error:
                 self._disable_compile(f"compilation failed ({type(error).__name__}: {error})")
             except torch.cuda.OutOfMemoryError:
@@ -254,6 +282,9 @@ class WarpDecodeEngine(nn.Module):
         ``False``: for a video source (one volume per frame). Idempotent per shape. Where VRAM
         cannot hold the warm-up's batch beside a rendering one, the compile runs here instead.
         """
+        if self._aot and self.stats.compiled:
+            self._package_ready(shared_volume, volume_shape)  # a cached package loads in the caller's time
+            return
         key = (shared_volume, self.batch_size)
         if not self.stats.compiled or self.warmup != "background" or key in self._warmups:
             return
@@ -293,6 +324,8 @@ class WarpDecodeEngine(nn.Module):
         """Whether batches of a ``frames``-long clip may use the graph now; starts its background
         compile for sources of ``volume_shape`` when needed (a clip shorter than
         ``compile_min_frames`` starts none)."""
+        if self._aot and self.stats.compiled and self._package_ready(shared_volume, volume_shape):
+            return True
         if frames is not None and frames < self.compile_min_frames and not self._compiled_before(shared_volume):
             return False
         if self.warmup == "foreground":
@@ -305,6 +338,45 @@ class WarpDecodeEngine(nn.Module):
             error, warm.error = warm.error, None
             self._disable_compile(f"compilation failed ({type(error).__name__}: {error})")
         return self.stats.compiled
+
+    def _package_ready(self, shared_volume: bool, volume_shape: tuple[int, ...]) -> bool:
+        """Whether the AOT package of this shape is loaded, loading (or building) it on first
+        need; where there is none to use, the engine goes on as ``"foreground"``."""
+        volume = (1 if shared_volume else self.batch_size, *volume_shape)
+        key = (self.batch_size, volume)
+        if key in self._packages:
+            return self._packages[key] is not None
+        start, builds = time.perf_counter(), self.aot_cache.builds
+        try:
+            package = load_step(self.aot_cache, self.warp_network, self.decoder, volume, self.batch_size,
+                                self.stats.triton_kernels, build=self.warmup == "aot")
+        except AotUnavailable as error:
+            package, why = None, f"{error}; torch.compile is used instead"
+        else:
+            why = ""
+        self._packages[key] = package
+        if package is None:
+            if not why:
+                self.aot_missing.append(volume)
+                log.info("Ditto warp+decode: no AOT package cached for volume %s at batch %d", volume, self.batch_size)
+            self._fall_back_from_aot(why)
+            return False
+        seconds = time.perf_counter() - start
+        if self.stats.aot_seconds is None:
+            self.stats.aot_seconds, self.stats.aot_built = seconds, self.aot_cache.builds > builds
+        log.info("Ditto warp+decode: AOT package for volume %s at batch %d ready in %.2f s", volume,
+                 self.batch_size, seconds)
+        return True
+
+    def _run_package(self, f_s: Tensor, kp_source: Tensor, kp_driving: Tensor) -> Tensor:
+        return self._packages[(kp_driving.shape[0], tuple(f_s.shape))](f_s, kp_source, kp_driving)
+
+    def _fall_back_from_aot(self, why: str) -> None:
+        """Go on as ``"foreground"`` (today's torch.compile path); ``why`` is announced once."""
+        if why:
+            announce_once(log, f"Ditto warp+decode: no AOT package ({why})")
+        self.warmup = self.stats.warmup = "foreground"
+        self._step = self._compiled("foreground")
 
     def will_compile(self, frames: int) -> bool:
         """Whether rendering a ``frames``-long clip now makes the caller wait for a compile."""

@@ -1,0 +1,79 @@
+"""Build the warp+decode AOT packages a run found missing, in a detached process.
+
+Why a process of its own: a first-ever CLI run must not wait for a build (it costs about a
+cold compile, more than a short clip's whole render), and a build thread beside the render
+would take the GIL from it. So the CLI renders as it always did and, once the MP4 is written,
+starts this module with the engine's settings; the next run finds the package. It loads the
+same networks (the models folder, or random ones of the same seed), so the key it builds is
+the key the run looked up, and runs niced, its output appended to ``build.log`` in the cache.
+
+    python -m ditto_core.render.aot_build --device cuda:0 --dtype float16 --batch-size 32 \\
+        --models models/ditto --volume 1,32,16,64,64
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from .warp_decode import WarpDecodeEngine
+
+_ROOT = Path(__file__).resolve().parents[2]  # the folder holding ditto_core, for the child's path
+
+
+def build_in_background(engine: WarpDecodeEngine, model_dir: Optional[Path], seed: int) -> Optional[subprocess.Popen]:
+    """Start building ``engine.aot_missing``; None when nothing is missing."""
+    if not engine.aot_missing:
+        return None
+    command = [sys.executable, "-m", "ditto_core.render.aot_build", "--device", str(engine.device),
+               "--dtype", str(engine.dtype).removeprefix("torch."), "--batch-size", str(engine.batch_size),
+               "--cache", str(engine.aot_cache.root)]
+    command += ["--models", str(model_dir)] if model_dir is not None else ["--random-seed", str(seed)]
+    for volume in engine.aot_missing:
+        command += ["--volume", ",".join(map(str, volume))]
+    engine.aot_cache.root.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")])))
+    with open(engine.aot_cache.root / "build.log", "ab") as log:
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)  # outlives the CLI, untouched by its Ctrl-C
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), required=True)
+    parser.add_argument("--batch-size", type=int, required=True)
+    parser.add_argument("--cache", type=Path, required=True, help="the package cache folder")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--models", type=Path, help="the models folder the run loaded")
+    source.add_argument("--random-seed", type=int, help="the run used random networks of this seed")
+    parser.add_argument("--volume", action="append", required=True, help="f_s shape, e.g. 1,32,16,64,64")
+    args = parser.parse_args(argv)
+    if hasattr(os, "nice"):
+        os.nice(10)  # the user's next render comes first
+    import logging
+
+    import torch
+
+    from ..aot_packages import PackageCache
+    from ..models.ditto_models import load_ditto_models, random_ditto_models
+    from .aot_package import load_step
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(message)s")
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    models = (load_ditto_models(args.models, device, dtype) if args.models is not None
+              else random_ditto_models(device, dtype, args.random_seed))
+    engine = WarpDecodeEngine(models.warp_network, models.decoder, batch_size=args.batch_size, warmup="aot",
+                              aot_cache=PackageCache(args.cache))
+    for text in args.volume:
+        volume = tuple(int(size) for size in text.split(","))
+        load_step(engine.aot_cache, engine.warp_network, engine.decoder, volume, engine.batch_size,
+                  engine.stats.triton_kernels, build=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
