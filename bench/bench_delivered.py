@@ -3,8 +3,8 @@
 The render half of bench_render.py (cached avatar, 10 s of motion, compiled fp16 warp+decode,
 Triton put-back into a 1080x1920 frame), measured once on the GPU side alone (render + put-back,
 device synchronised) and then into a finished MP4 with 10 s of AAC audio through
-:class:`VideoWriter`, for each preset with one encoder and with the parallel default (one per
-four cores). Each MP4 is checked: the expected number of frames and audio within one frame of
+:class:`VideoWriter`, for each preset and each encoder layout (x264 instances x frame threads
+each, ``--layouts``). Each MP4 is checked: the expected number of frames and audio within one frame of
 the video. Prints a table next to issue 16's goals and writes JSON with ``--out``::
 
     python -m bench.bench_delivered --out $OUT/bench_delivered.json   # H200: about 3-5 min
@@ -21,6 +21,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import av
 import numpy as np
@@ -63,7 +64,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="CPU smoke run: tiny frames, eager, two presets")
     parser.add_argument("--presets", nargs="+", choices=X264_PRESETS,
                         default=["ultrafast", "superfast", "veryfast", "faster", "fast", "medium"])
-    parser.add_argument("--encoders", type=int, default=4, help="the parallel setting (vs 1)")
+    parser.add_argument("--layouts", nargs="+", type=parse_layout, default=[(1, None), (2, None), (3, None)],
+                        help="x264 instances x frame threads each, side by side: E or ExT (e.g. 1 2x7 3x5; "
+                             "without T: the writer's default threads)")
+    parser.add_argument("--frames", type=int, default=250, help="frames per MP4 (250: 10 s)")
     parser.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp16")
     parser.add_argument("--crf", type=int, default=18)
     parser.add_argument("--cache-dir", type=Path, help="Inductor cache to reuse")
@@ -74,9 +78,9 @@ def main() -> None:
     device = torch.device("cuda" if torch.cuda.is_available() and not args.quick else "cpu")
     if args.quick:
         settings = Settings(device, 4, 180, 320, 32, 4, (args.precision,), False, 1, "ultrafast", args.crf)
-        args.presets, args.encoders = args.presets[:2], max(2, args.encoders)
+        args.presets, args.layouts = args.presets[:2], args.layouts[:2]
     else:
-        settings = Settings(device, 250, 1080, 1920, 64, 0, (args.precision,), compile_available(device)[0], 3,
+        settings = Settings(device, args.frames, 1080, 1920, 64, 0, (args.precision,), compile_available(device)[0], 3,
                             "ultrafast", args.crf)
     began = time.perf_counter()
     dtype = network_dtype(args.precision) if device.type == "cuda" else torch.float32
@@ -113,7 +117,8 @@ def main() -> None:
         results: dict = {
             "config": {"device": str(device), "frames": frames, "size": [settings.height, settings.width],
                        "precision": args.precision, "batch": batch, "compiled": settings.compile,
-                       "compile_ready_s": ready_s, "crf": args.crf, "encoders_parallel": args.encoders,
+                       "compile_ready_s": ready_s, "crf": args.crf,
+                       "layouts": [layout_name(layout) for layout in args.layouts],
                        "source_frame": origin, "cpu_count": os.cpu_count(), "usable_cores": usable_cores(),
                        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
             "gpu_fps": statistics.median(gpu_side(False) for _ in range(settings.reps)),
@@ -123,19 +128,21 @@ def main() -> None:
         for preset, interval in itertools.product(args.presets, args.gil_intervals):
             gil_turns.SHORT_INTERVAL = interval
             entry = {"gil_interval_s": interval}
-            for encoders in sorted({1, args.encoders}):
+            for encoders, threads in args.layouts:
                 runs = []
-                path = workdir / f"{preset}_{encoders}.mp4"
+                name = layout_name((encoders, threads))
+                path = workdir / f"{preset}_{name}.mp4"
                 for _ in range(1 if args.quick else REPEATS):
                     start = time.perf_counter()
                     with VideoWriter(path, width=settings.width, height=settings.height, fps=FPS, crf=args.crf,
-                                     preset=preset, encoders=encoders, audio=(wave, AUDIO_RATE),
+                                     preset=preset, encoders=encoders, threads=threads,
+                                     audio=(wave, AUDIO_RATE),
                                      expected_frames=frames) as writer:
                         for out in frames_of_clip():
                             writer.write(out)
                     runs.append(frames / (time.perf_counter() - start))
-                key = "single" if encoders == 1 else "parallel"
-                entry[key] = {"encoders": encoders, "delivered_fps": statistics.median(runs), "runs": runs,
+                entry.setdefault("layouts", {})[name] = {
+                    "encoders": encoders, "threads": threads, "delivered_fps": statistics.median(runs), "runs": runs,
                               "bytes": path.stat().st_size, **check_mp4(path, frames)}
             entry["goal"], entry["met"] = goal(preset, entry, results["gpu_fps"])
             name = preset if len(args.gil_intervals) == 1 else f"{preset}@gil{interval:g}"
@@ -145,22 +152,36 @@ def main() -> None:
     emit(results, args.out, quiet=args.out is not None)
 
 
+def parse_layout(text: str) -> tuple[int, Optional[int]]:
+    """"3" -> (3, None); "3x5" -> (3, 5): encoders, and frame threads each (None: the writer's default)."""
+    encoders, _, threads = text.partition("x")
+    try:
+        layout = int(encoders), int(threads) if threads else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a layout is E or ExT (encoders x threads), got {text!r}") from None
+    if layout[0] < 1 or (layout[1] is not None and layout[1] < 1):
+        raise argparse.ArgumentTypeError(f"encoders and threads must be >= 1, got {text!r}")
+    return layout
+
+
+def layout_name(layout: tuple[int, Optional[int]]) -> str:
+    return f"{layout[0]}x{layout[1]}" if layout[1] else str(layout[0])
+
+
 def goal(preset: str, entry: dict, gpu_fps: float) -> tuple:
     if preset not in GOALS:
         return None, None
     kind, value = GOALS[preset]
-    best = max(r["delivered_fps"] for k, r in entry.items() if k in ("single", "parallel"))
+    best = max(r["delivered_fps"] for r in entry["layouts"].values())
     threshold = value * gpu_fps if kind == "ratio" else value
     return f">= {threshold:.0f} frames/s", best >= threshold
 
 
 def print_row(preset: str, entry: dict, gpu_fps: float) -> None:
     cells = []
-    for key in ("single", "parallel"):
-        if key in entry:
-            r = entry[key]
-            cells.append(f"{key} x{r['encoders']}: {r['delivered_fps']:6.1f} ({100 * r['delivered_fps'] / gpu_fps:3.0f} %)"
-                         f"{'' if r['frames_ok'] and r['audio_ok'] else ' MP4 CHECK FAILED'}")
+    for key, r in entry["layouts"].items():
+        cells.append(f"{key}: {r['delivered_fps']:6.1f} ({100 * r['delivered_fps'] / gpu_fps:3.0f} %)"
+                     f"{'' if r['frames_ok'] and r['audio_ok'] else ' MP4 CHECK FAILED'}")
     print(f"{preset:>9}: GPU-side {gpu_fps:6.1f}  " + "  ".join(cells)
           + (f"  goal {entry['goal']}: {'met' if entry['met'] else 'NOT met'}" if entry["goal"] else ""), flush=True)
 

@@ -111,8 +111,9 @@ class VideoWriter:
         audio: ``(waveform, sample_rate)`` with a float waveform of shape (C, T) or (T,) in
             [-1, 1]; muxed as AAC, cut or padded with silence to the video length. More than two
             channels are mixed down to mono (the mix the lip motion was computed from).
-        encoders: concurrent libx264 instances; None: :data:`DEFAULT_ENCODERS`. With more than
-            one, each gets ``cores // encoders`` threads.
+        encoders: concurrent libx264 instances; None: :data:`DEFAULT_ENCODERS`.
+        threads: frame threads of each libx264 instance; None: x264's own choice for the whole
+            host with one encoder, ``cores // encoders`` with several.
         segment_frames: frames per segment (and GOP) when ``encoders > 1``; None:
             :func:`default_segment_frames` (two seconds, down to one for a short clip).
         queue_frames: frames buffered on the host between producer and encoders; bounds host
@@ -136,6 +137,7 @@ class VideoWriter:
         preset: Optional[str] = None,
         audio: Optional[Tuple[Waveform, int]] = None,
         encoders: Optional[int] = None,
+        threads: Optional[int] = None,
         segment_frames: Optional[int] = None,
         queue_frames: Optional[int] = None,
         expected_frames: Optional[int] = None,
@@ -143,7 +145,7 @@ class VideoWriter:
     ) -> None:
         cores = usable_cores()
         encoders = DEFAULT_ENCODERS if encoders is None else encoders
-        for name, value in (("encoders", encoders), ("segment_frames", segment_frames),
+        for name, value in (("encoders", encoders), ("threads", threads), ("segment_frames", segment_frames),
                             ("queue_frames", queue_frames), ("expected_frames", expected_frames)):
             if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
                 raise InputError(f"VideoWriter: {name} must be a positive integer, got {value!r}")
@@ -151,7 +153,9 @@ class VideoWriter:
         parallel = encoders > 1
         if parallel:
             segment_frames = segment_frames or default_segment_frames(settings.fps, encoders, expected_frames)
-            settings = replace(settings, gop_frames=segment_frames, threads=max(1, cores // encoders))
+            settings = replace(settings, gop_frames=segment_frames, threads=threads or max(1, cores // encoders))
+        elif threads:
+            settings = replace(settings, threads=threads)
         self.settings = settings
         self.path = Path(path)
         self.width, self.height = width, height
