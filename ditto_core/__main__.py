@@ -166,6 +166,10 @@ def _add_render(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--encoders", type=_int_in(1), default=None,
                    help="x264 instances encoding segments of the clip in parallel (default: 1, the fastest on the "
                         "hosts measured; more can pay on many-core hosts with slow presets)")
+    p.add_argument("--aot", action="store_true",
+                   help="experimental: render with an AOTInductor package of the engine from the user cache (no "
+                        "compile in a new process); a missing one is built after the run by a detached process. "
+                        "Off by default: on the H200 with torch 2.11 loading a CUDA package crashed (docs/PERFORMANCE.md)")
     p.add_argument("--max-seconds", type=_positive_seconds, default=None,
                    help="render only the first N seconds of speech (default: all of it)")
     p.add_argument("--cache-dir", type=Path, default=None, help="avatar cache folder (default: <--models>/cache)")
@@ -208,10 +212,10 @@ def render_cli(args: argparse.Namespace, stream: TextIO = sys.stderr) -> Path:
     motion_options = MotionOptions(steps=args.steps, seed=args.seed, emo=args.emo, eye_f0_mode=args.eye_lock,
                                    delta_eye_open_n=args.blinks, sampler_precision=args.lmdm_precision,
                                    sampler_compile=args.lmdm_compile)
-    # A cached AOT package renders any clip compiled at once; without one, clips too short to
-    # repay a compile render eagerly, and the package is built after the MP4 (below).
+    # Clips too short to repay a compile render eagerly. With --aot a cached AOT package renders
+    # any clip compiled at once, and a missing one is built after the MP4 (below).
     common = dict(device=args.device, dtype=network_dtype(args.precision), batch_size=args.batch_size,
-                  compile_min_frames=ONE_CLIP_COMPILE_MIN_FRAMES, warmup="aot_cached")
+                  compile_min_frames=ONE_CLIP_COMPILE_MIN_FRAMES, warmup="aot_cached" if args.aot else "foreground")
     with tempfile.TemporaryDirectory(prefix="ditto_") as workdir:
         if args.random_weights:
             log.warning("random weights: every stage runs, but the video shows noise, not a face")
@@ -229,12 +233,10 @@ def render_cli(args: argparse.Namespace, stream: TextIO = sys.stderr) -> Path:
                            status=progress.status, encoders=args.encoders)
     for stage, seconds in pipeline.times.seconds.items():
         print(f"{stage:>15}: {seconds:7.2f} s")
-    from .render.aot_build import build_in_background
+    if args.aot:
+        from .render.aot_build import build_in_background
 
-    builder = build_in_background(engine, None if args.random_weights else Path(args.models), args.seed)
-    if builder is not None:
-        progress.status(f"building the render engine's package for the next runs in the background (pid "
-                        f"{builder.pid}, log {engine.aot_cache.root / 'build.log'})")
+        build_in_background(engine, None if args.random_weights else Path(args.models), args.seed, progress.status)
     return out
 
 

@@ -323,3 +323,28 @@ def test_cuda_package_replays_its_graph_correctly_and_a_second_process_loads_it(
     print(f"second process: package loaded in {second['aot_seconds']:.2f} s, "
           f"{second['since_start']:.2f} s from interpreter start")
     assert not second["built"] and second["missing"] == []
+
+
+def test_a_background_build_that_failed_is_not_started_again(tmp_path):
+    """The CLI's --aot starts a detached builder after its MP4; one that dies (here: a models
+    folder it cannot load) leaves its attempt file, and later runs say so instead of starting
+    the same doomed build on every call."""
+    from types import SimpleNamespace
+
+    from ditto_core.aot_packages import PackageCache
+    from ditto_core.render.aot_build import build_in_background
+
+    engine = SimpleNamespace(aot_missing=[(1, 32, 16, 64, 64)], device=torch.device("cpu"), dtype=torch.float32,
+                             batch_size=2, aot_cache=PackageCache(tmp_path / "aot"))
+    said = []
+    builder = build_in_background(engine, tmp_path / "no_models", seed=0, status=said.append)
+    assert builder is not None and "in the background" in said[-1]
+    assert builder.wait(timeout=300) != 0
+    attempts = list((tmp_path / "aot").glob("build-attempt-*.pid"))
+    assert len(attempts) == 1
+    assert build_in_background(engine, tmp_path / "no_models", seed=0, status=said.append) is None
+    assert "earlier build did not finish" in said[-1] and str(attempts[0]) in said[-1]
+    attempts[0].unlink()  # the user's way to try again
+    retried = build_in_background(engine, tmp_path / "no_models", seed=0, status=said.append)
+    assert retried is not None
+    retried.wait(timeout=300)
