@@ -254,12 +254,12 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--crf", type=int, default=18)
     parser.add_argument("--steps", type=int, default=25)
     parser.add_argument("--no-compile", action="store_true")
-    parser.add_argument("--warmups", nargs="+", default=["cli", "foreground", "background", "aot"],
+    parser.add_argument("--warmups", nargs="+", default=["cli", "foreground", "background"],
                         choices=("cli", "foreground", "background", "aot"),
                         help="engine warm-up variants, each with its own caches, side by side: cli (the CLI's "
-                             "before AOT packages: no compile for a clip under ONE_CLIP_COMPILE_MIN_FRAMES), "
+                             "default: no compile for a clip under ONE_CLIP_COMPILE_MIN_FRAMES), "
                              "foreground (compile at the first batch), background (a compile thread from model load "
-                             "on, eager until ready), aot (the CLI's now: a cached AOT package, else as cli and the "
+                             "on, eager until ready), aot (the CLI's --aot: a cached AOT package, else as cli and the "
                              "package built by a detached process after the MP4, waited for before the next child)")
     parser.add_argument("--max-seconds", type=float, default=None, help="trim every clip (CPU smoke runs)")
     parser.add_argument("--profile", action="store_true", help="after the timed runs, one more new-process child under cProfile (pstats into --profile-dir)")

