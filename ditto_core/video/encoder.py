@@ -68,17 +68,18 @@ def usable_cores() -> int:
 def default_preset(cpu_count: Optional[int] = None) -> str:
     """The x264 preset used when none is given, from the host's CPU count.
 
-    Measured on the H200 host (16 cores, 1080x1920, one encoder; docs/ENCODING.md): ``superfast``
-    delivers about 85 % of ``ultrafast``'s frames/s in files 30 % smaller, ``veryfast`` and
-    slower fall well behind the render; a host with fewer cores keeps ``ultrafast``.
+    On many cores ``superfast`` keeps nearly ``ultrafast``'s delivered frames/s in clearly
+    smaller files, while ``veryfast`` and slower fall behind the render; a host with fewer
+    cores keeps ``ultrafast`` (the measurements are in docs/ENCODING.md).
     """
     return "superfast" if (cpu_count or usable_cores()) >= 12 else "ultrafast"
 
 
 DEFAULT_ENCODERS = 1
 """x264 instances used when none is given. On the H200 host one instance with its own frame
-threads delivered more than four segment encoders at every preset measured (docs/ENCODING.md);
-more encoders stay an option (``encoders=``, ``--encoders``) for hosts where they pay."""
+threads delivered more than two to four segment encoders at every preset measured
+(docs/ENCODING.md); more encoders stay an option (``encoders=``, ``--encoders``) for hosts
+where they pay."""
 
 
 def check_encoder_options(crf: int, preset: str) -> None:
