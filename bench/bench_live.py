@@ -225,6 +225,7 @@ def main() -> None:
         options = MotionOptions(steps=args.steps, sampler_precision=args.lmdm_precision,
                                 sampler_compile=not args.no_lmdm_compile and compile_ok)
         config = StreamConfig(output=args.output, max_size=args.max_size, idle=False)
+        loaded = time.monotonic()
         runtime.warm_up(source, options)
         asyncio.run(_warm(runtime, source, options, config, 1))
         result = {
@@ -232,15 +233,23 @@ def main() -> None:
             "torch": torch.__version__, "precision": args.precision, "steps": args.steps,
             "lmdm_precision": args.lmdm_precision, "lmdm_compile": options.sampler_compile,
             "hubert": str(args.hubert or "stand-in"), "hubert_provider": runtime.hubert.execution_provider,
-            "output": args.output, "frame_size": list(config.frame_size(*source.frames.shape[1:3])), "setup_s": round(time.monotonic() - setup, 1),
+            "output": args.output, "frame_size": list(config.frame_size(*source.frames.shape[1:3])),
+            "setup_s": round(loaded - setup, 1), "warm_up_s": round(time.monotonic() - loaded, 1),
         }
-        result["first_frame"] = first_frame(runtime, source, options, config)
-        print(result["first_frame"], flush=True)
-        result["one_stream"] = one_stream(runtime, source, options, config, 4 * args.seconds / 3)
-        print(result["one_stream"], flush=True)
-        result["av_sync"] = av_sync(runtime, source, options, config)
-        result["concurrency"] = concurrency(runtime, source, options, config, args.streams, args.seconds)
-        result["long_stream"] = long_stream(runtime, source, options, config, args.minutes)
+        print({k: result[k] for k in ("setup_s", "warm_up_s", "hubert_provider")}, flush=True)
+        parts = {
+            "first_frame": lambda: first_frame(runtime, source, options, config),
+            "one_stream": lambda: one_stream(runtime, source, options, config, 4 * args.seconds / 3),
+            "av_sync": lambda: av_sync(runtime, source, options, config),
+            "concurrency": lambda: concurrency(runtime, source, options, config, args.streams, args.seconds),
+            "long_stream": lambda: long_stream(runtime, source, options, config, args.minutes),
+        }
+        for name, part in parts.items():
+            # Written after every part, so a run cut by a time limit keeps what it measured.
+            result[name] = part()
+            print(name, result[name] if name != "long_stream" else result[name]["drift_after_first_quarter"], flush=True)
+            if args.out is not None:
+                emit(result, args.out, quiet=True)
         runtime.shutdown()
     emit(result, args.out)
 

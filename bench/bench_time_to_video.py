@@ -73,16 +73,18 @@ def _child(args: argparse.Namespace) -> None:
     device = torch.device(args.device)
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[args.precision]
     start = time.time()
+    engine_warmup, ahead = args.warmup.removesuffix("-ahead"), args.warmup.endswith("-ahead")
     warmup, min_frames = {"background": ("background", 0), "foreground": ("foreground", 0),
                           "cli": ("foreground", ONE_CLIP_COMPILE_MIN_FRAMES),
-                          "aot": ("aot_cached", ONE_CLIP_COMPILE_MIN_FRAMES)}[args.warmup]
+                          "aot": ("aot_cached", ONE_CLIP_COMPILE_MIN_FRAMES)}[engine_warmup]
     pipeline = DittoPipeline.from_model_dir(args.models, device, dtype, cache_dir=Path(args.cache_root) / "avatars",
                                             detect_face=False, compile=not args.no_compile, warmup=warmup,
-                                            compile_min_frames=min_frames)
+                                            compile_min_frames=min_frames, motion_ahead=ahead)
     pipeline.start_warmup()  # the compile thread (background), a cached AOT package's load (aot), else nothing
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     times["load_models_s"] = time.time() - start
+    times["load_models_breakdown_s"] = dict(pipeline.load_times.seconds)
     times["hubert_backend"] = getattr(pipeline.hubert, "backend", "onnxruntime")
     jobs = []
     for index, audio in enumerate(args.job):
@@ -98,7 +100,7 @@ def _child(args: argparse.Namespace) -> None:
             "engine": None if engine is None else vars(engine.stats).copy(),
             "cuda_peak_mib": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
         })
-    if args.warmup == "aot":  # as the CLI does after its MP4; waited for, so the next child finds the package
+    if engine_warmup == "aot":  # as the CLI does after its MP4; waited for, so the next child finds the package
         from ditto_core.render.aot_build import build_in_background
 
         start = time.time()
@@ -255,12 +257,13 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--steps", type=int, default=25)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--warmups", nargs="+", default=["cli", "foreground", "background"],
-                        choices=("cli", "foreground", "background", "aot"),
+                        choices=[f"{w}{s}" for w in ("cli", "foreground", "background", "aot") for s in ("", "-ahead")],
                         help="engine warm-up variants, each with its own caches, side by side: cli (the CLI's "
                              "default: no compile for a clip under ONE_CLIP_COMPILE_MIN_FRAMES), "
                              "foreground (compile at the first batch), background (a compile thread from model load "
                              "on, eager until ready), aot (the CLI's --aot: a cached AOT package, else as cli and the "
-                             "package built by a detached process after the MP4, waited for before the next child)")
+                             "package built by a detached process after the MP4, waited for before the next child); "
+                             "-ahead: the same with the motion generated ahead of the render (DittoPipeline motion_ahead)")
     parser.add_argument("--max-seconds", type=float, default=None, help="trim every clip (CPU smoke runs)")
     parser.add_argument("--profile", action="store_true", help="after the timed runs, one more new-process child under cProfile (pstats into --profile-dir)")
     parser.add_argument("--profile-dir", type=Path, default=Path("bench/results"))

@@ -7,6 +7,8 @@ whatever the clip length.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import time
 from collections import OrderedDict
@@ -24,7 +26,8 @@ from .errors import InputError
 from .model_files import AUX_FILES, CONFIG_DIR, CONFIG_FILE, check_model_files, find_hubert
 from .models.ditto_models import DittoModels, load_ditto_models, random_ditto_models
 from .motion.conditions import build_conditions, build_kp_condition
-from .motion.lmdm_sampler import DDIMSampler, generate_motion
+from .motion.lmdm_sampler import DDIMSampler, generate_motion, iter_motion
+from .motion.motion_ahead import start_motion_ahead
 from .motion.motion_options import MotionOptions
 from .motion.motion_sequence import MotionSequence
 from .motion.motion_stitch import stitch_motion
@@ -100,6 +103,7 @@ class DittoPipeline:
         model_dir: Optional[Path] = None,
         warmup: str = "foreground",
         compile_min_frames: int = 0,
+        motion_ahead: bool = False,
     ) -> None:
         self.models = models
         self.aux = aux
@@ -110,7 +114,12 @@ class DittoPipeline:
         self.model_dir = model_dir  # where face models missing from ``aux`` are loaded from on demand
         self.warmup = warmup  # how the warp+decode graph is compiled (WarpDecodeEngine's ``warmup``)
         self.compile_min_frames = compile_min_frames  # shorter clips render eagerly until a graph exists
+        # Whether clips rendered through motion_for_render start rendering on the first motion
+        # window. Off by default: on the H200 it did not pay (bench/measurements/2026-12-02-h200-s9:
+        # the render slows by what the motion saves, and a new process compiles slower).
+        self.motion_ahead = motion_ahead
         self.times = StageTimes()
+        self.load_times = StageTimes()  # seconds per model group, filled by from_model_dir
         self._samplers: OrderedDict[tuple[int, str, bool], DDIMSampler] = OrderedDict()
         self._engines: OrderedDict[tuple[int, bool], WarpDecodeEngine] = OrderedDict()
 
@@ -135,11 +144,20 @@ class DittoPipeline:
         device = torch.device(device) if device is not None else default_device()
         model_dir = Path(model_dir)
         check_model_files(model_dir, detect_face)
+        loading = StageTimes()
+        start = time.perf_counter()
         aux = load_aux_models(model_dir, device, required=AUX_FILES if detect_face else ())
+        loading.record("face_models", start, device)
+        start = time.perf_counter()
         hubert = HubertFeatureExtractor(find_hubert(model_dir), device)
+        loading.record("hubert", start, device)
+        start = time.perf_counter()
         models = load_ditto_models(model_dir, device, dtype)
+        loading.record("networks", start, device)
         cache = AvatarCache(cache_dir) if cache_dir is not None else None
-        return cls(models, aux, hubert, cache, model_dir=model_dir, **kwargs)
+        pipeline = cls(models, aux, hubert, cache, model_dir=model_dir, **kwargs)
+        pipeline.load_times = loading
+        return pipeline
 
     @classmethod
     def random(
@@ -191,17 +209,51 @@ class DittoPipeline:
         progress: Optional[ProgressCallback] = None,
     ) -> MotionSequence:
         start = time.perf_counter()
-        options = self.with_blink_table(options)
-        cond = build_conditions(audio, source, options, self.models.cond_dim)
-        generator = torch.Generator(self.device).manual_seed(options.seed)
-        sampler = self.sampler(options.steps, options.sampler_precision, options.sampler_compile)
-        vectors = generate_motion(
-            sampler, build_kp_condition(source)[0], cond, overlap=options.overlap_v2,
-            smoothing=options.smo_k_d, fix_kp_cond=options.fix_kp_cond, generator=generator, progress=progress,
-        )
+        options, sampler, kp_cond, cond, schedule = self._motion_inputs(source, audio, options)
+        vectors = generate_motion(sampler, kp_cond, cond, progress=progress, **schedule)
         motion = stitch_motion(vectors, source, self.models.stitch_network, options)
         self.times.record("motion", start, self.device)
         return motion
+
+    @contextlib.contextmanager
+    def motion_for_render(
+        self, source: SourceInfo, audio: AudioFeatures, options: MotionOptions,
+        progress: Optional[ProgressCallback] = None,
+    ) -> Iterator[MotionSequence]:
+        """The clip's motion, for a render inside the ``with`` block.
+
+        With ``motion_ahead`` (never with fades, which need the whole clip), the motion is
+        generated on a worker while the block renders
+        (:mod:`~ditto_core.motion.motion_ahead`): the render starts after the first window
+        instead of the last, with the same frames. The worker is stopped when the block ends.
+        Stage times: ``motion`` is the worker's wall time, ``motion_wait`` what the render
+        waited for it. Otherwise this is :meth:`motion` (``progress`` follows its windows).
+        """
+        if not self.motion_ahead or options.fade_type:
+            motion = self.motion(source, audio, options, progress)
+            del audio  # the caller may drop its features: this frame must not keep them for the render
+            yield motion
+            return
+        options, sampler, kp_cond, cond, schedule = self._motion_inputs(source, audio, options)
+        del audio
+        rows = functools.partial(iter_motion, sampler, kp_cond, cond, **schedule)
+        with start_motion_ahead(rows, cond.shape[0], source, self.models.stitch_network, options) as motion:
+            try:
+                yield motion
+            finally:
+                motion.close()
+                self.times.seconds["motion"] = motion.seconds or 0.0
+                self.times.seconds["motion_wait"] = motion.waited_seconds
+
+    def _motion_inputs(self, source: SourceInfo, audio: AudioFeatures, options: MotionOptions):
+        """What the window chain needs: the options with the blink table, the sampler, the first
+        keypoint condition, the (T, C) conditions and the schedule's keyword arguments."""
+        options = self.with_blink_table(options)
+        cond = build_conditions(audio, source, options, self.models.cond_dim)
+        sampler = self.sampler(options.steps, options.sampler_precision, options.sampler_compile)
+        schedule = dict(overlap=options.overlap_v2, smoothing=options.smo_k_d, fix_kp_cond=options.fix_kp_cond,
+                        generator=torch.Generator(self.device).manual_seed(options.seed))
+        return options, sampler, build_kp_condition(source)[0], cond, schedule
 
     def with_blink_table(self, options: MotionOptions) -> MotionOptions:
         """``options`` with the models' blink table filled in, as Ditto does with its config.
@@ -300,8 +352,8 @@ class DittoPipeline:
         announce("computing the audio features")
         features = self.audio_features(waveform, rate, name=str(audio_path))
         announce("generating the motion")
-        motion = self.motion(source, features, motion_options or MotionOptions())
-        del features  # (frames, 1024) on the device: the render's memory must not grow with the clip
-        announce("rendering")
-        return self.render_video(source, motion, out_path, audio=(waveform, rate), crf=crf, preset=preset,
-                                 progress=progress, encoders=encoders)
+        with self.motion_for_render(source, features, motion_options or MotionOptions()) as motion:
+            del features  # (frames, 1024) on the device: the render's memory must not grow with the clip
+            announce("rendering")
+            return self.render_video(source, motion, out_path, audio=(waveform, rate), crf=crf, preset=preset,
+                                     progress=progress, encoders=encoders)

@@ -66,12 +66,14 @@ class DittoTalkingHead(io.ComfyNode):
         with timed_stage("Talking Head", pipeline.device) as timer:
             source = register_source(models, image, RegistrationOptions(detect_face=detect_face), True, stage(0))
             features = encode_speech(models, audio, stage(1))
-            motion = pipeline.motion(source, features, motion_options, stage(2))
-            if len(motion) == 0:
-                raise InputError("Ditto Talking Head: the audio yields no video frames; use at least 0.2 s of speech.")
-            path, saved = output_file(filename_prefix, source.frames.shape[2], source.frames.shape[1])
-            pipeline.render_video(source, motion, path, audio=audio_for_mux(audio), crf=crf, preset=preset,
-                                  progress=stage(3), metadata=workflow_metadata(cls))
+            # On CUDA the render starts on the first motion window (the motion stage's bar then stays empty).
+            with pipeline.motion_for_render(source, features, motion_options, stage(2)) as motion:
+                del features
+                if len(motion) == 0:
+                    raise InputError("Ditto Talking Head: the audio yields no video frames; use at least 0.2 s of speech.")
+                path, saved = output_file(filename_prefix, source.frames.shape[2], source.frames.shape[1])
+                pipeline.render_video(source, motion, path, audio=audio_for_mux(audio), crf=crf, preset=preset,
+                                      progress=stage(3), metadata=workflow_metadata(cls))
         return io.NodeOutput(InputImpl.VideoFromFile(path), ui=saved_video_ui(saved, timer.ui(len(motion))))
 
 

@@ -371,6 +371,33 @@ def test_dropping_the_extractor_frees_the_weights(wide_path):
     assert weights() is None
 
 
+def test_live_streams_share_the_pipelines_torch_hubert(wide_path, tmp_path):
+    """One copy of HuBERT's weights serves offline clips and every live stream; an onnxruntime
+    extractor (whose session binds its own buffers) gets a second session from the same file."""
+    from ditto_core.live import LiveRuntime
+    from tests.live_support import RecordingRenderer, light_pipeline
+
+    pipeline = light_pipeline(tmp_path)
+    pipeline.hubert = HubertFeatureExtractor(wide_path, backend="torch")
+    runtime = LiveRuntime(pipeline, max_streams=1, renderer=RecordingRenderer())
+    try:
+        assert runtime.hubert is pipeline.hubert
+        window = _speech(WINDOW / 16000, seed=4)
+        alone = HubertFeatureExtractor(wide_path, backend="torch").encode_window(window)
+        assert rel_l2(runtime.hubert.encode_window(window), alone) < 1e-6
+    finally:
+        runtime.shutdown()
+
+    (tmp_path / "onnx").mkdir()
+    onnx_pipeline = light_pipeline(tmp_path / "onnx")
+    runtime = LiveRuntime(onnx_pipeline, max_streams=1, renderer=RecordingRenderer())
+    try:
+        assert runtime.hubert is not onnx_pipeline.hubert and runtime.hubert.backend == "onnxruntime"
+        assert runtime.hubert.model_path == onnx_pipeline.hubert.model_path
+    finally:
+        runtime.shutdown()
+
+
 # ------------------------------------------------------------------------------ full width, benchmark file
 
 

@@ -13,7 +13,7 @@ from ditto_core.errors import InputError, Interrupted
 from ditto_core.models.checkpoints import load_network
 from ditto_core.models.lmdm import LMDM
 from ditto_core.motion import lmdm_sampler
-from ditto_core.motion.lmdm_sampler import DDIMSampler, ddim_time_pairs, generate_motion, sample_window
+from ditto_core.motion.lmdm_sampler import DDIMSampler, ddim_time_pairs, generate_motion, iter_motion, sample_window
 from tests.parity import rel_l2
 
 W, D = 80, 265
@@ -274,6 +274,30 @@ def test_windowing_matches_reference_loop(frames, overlap, smooth_k, fix, dims, 
         torch.testing.assert_close(aud[0, : len(part)], part)
         torch.testing.assert_close(aud[0, len(part) :], cond[-1].expand(W - len(part), -1))
     torch.testing.assert_close(stub.calls[0][0][0], kp_source)
+
+
+@pytest.mark.parametrize(
+    "frames, overlap, smooth_k, fix, dims",
+    [(50, 10, 3, 0, None), (80, 10, 3, 0, None), (200, 10, 3, 0, None), (200, 10, 4, 0, None),
+     (210, 0, 1, 0, None), (300, 20, 5, 2, (1, 199)), (141, 10, 3, 0, None), (700, 75, 3, 0, None)],
+)
+def test_rows_settled_window_by_window_are_final(frames, overlap, smooth_k, fix, dims):
+    """iter_motion's rows [0, ready) never change again, grow with every window and end as
+    generate_motion's whole result: a renderer can start on them while later windows sample."""
+    kp_source, cond = _inputs(frames)
+    schedule = dict(overlap=overlap, smoothing=smooth_k, fix_kp_cond=fix, fix_kp_cond_dims=dims)
+    whole = generate_motion(StubSampler(), kp_source, cond, generator=torch.Generator().manual_seed(0), **schedule)
+    seen, buffer = [], None
+    for ready, motion in iter_motion(StubSampler(), kp_source, cond, generator=torch.Generator().manual_seed(0),
+                                     **schedule):
+        assert buffer is None or motion is buffer  # one buffer, filled in place
+        buffer = motion
+        seen.append((ready, motion[:ready].clone()))
+    readies = [ready for ready, _ in seen]
+    assert readies == sorted(set(readies)) and readies[-1] == frames
+    assert len(seen) == -(-frames // (W - overlap))  # every window settles rows (the hop exceeds the smoothing)
+    for ready, rows in seen:
+        assert torch.equal(rows, whole[:ready])  # bit for bit: the same sums in the same order
 
 
 def test_carry_over_uses_frame_before_overlap():

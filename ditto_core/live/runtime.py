@@ -193,7 +193,11 @@ class LiveRuntime:
         self.device = pipeline.device
         self.max_streams = max_streams
         models = pipeline.models
-        self.hubert = HubertFeatureExtractor(pipeline.hubert.model_path, pipeline.hubert.device)
+        offline = pipeline.hubert
+        # Our PyTorch HuBERT keeps no state between calls, so streams share the pipeline's
+        # module (one copy of 315 M weights in VRAM); an onnxruntime session binds its own
+        # input/output buffers, so the runtime opens a session of its own from the same file.
+        self.hubert = offline if offline.backend == "torch" else HubertFeatureExtractor(offline.model_path, offline.device)
         self.renderer = renderer or EngineRenderer(models, pipeline.compile if compile is None else compile, batch_ladder)
         self._samplers: dict[tuple, DDIMSampler] = {}
         if sampler_factory is not None:

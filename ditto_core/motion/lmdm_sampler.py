@@ -25,7 +25,7 @@ import logging
 import math
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Callable, Iterator, Optional, Protocol
+from typing import Any, Callable, Iterator, Optional, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -48,6 +48,7 @@ __all__ = [
     "append_window",
     "check_schedule",
     "generate_motion",
+    "iter_motion",
     "next_kp_cond",
     "sample_window",
 ]
@@ -314,20 +315,32 @@ def sample_window(
     return sampler.sample(kp_cond, aud_cond, x_T, noise)
 
 
-def _smooth_poses_(seq: Tensor, start: int, stop: int, length: int, kernel: int) -> None:
-    """In place: frames ``[start, stop)`` of ``seq`` (frames, 265) get the centred moving average
-    of the pose channels over ``2 * (kernel // 2) + 1`` frames among frames ``[0, length)``.
+def _smooth_poses(
+    dst: Tensor, src: Tensor, start: int, stop: int, length: int, kernel: int, copy_rest: bool = False
+) -> None:
+    """Rows ``[start, stop)`` of ``dst`` (frames, 265) get the centred moving average of the pose
+    channels of ``src`` over ``2 * (kernel // 2) + 1`` frames among frames ``[0, length)``.
 
-    Windows are cut at the sequence ends and averaged over the frames they keep; all averages
-    read the values from before this call. ``kernel <= 1`` disables smoothing.
+    Windows are cut at the sequence ends and averaged over the frames they keep; every average
+    reads ``src`` as it was before the call, so ``dst`` may be ``src`` (in place). ``copy_rest``:
+    the other channels of those rows are copied from ``src`` too. ``kernel <= 1`` disables smoothing.
     """
+    if stop <= start:
+        return
+    if copy_rest:
+        dst[start:stop] = src[start:stop]
     half = kernel // 2
-    if kernel <= 1 or stop <= start:
+    if kernel <= 1:
         return
     lo, hi = max(0, start - half), min(length, stop + half)
-    segment = seq[lo:hi, :POSE_DIMS].T.unsqueeze(0)  # (1, channels, frames) for 1-D pooling
+    segment = src[lo:hi, :POSE_DIMS].T.unsqueeze(0)  # (1, channels, frames) for 1-D pooling
     mean = F.avg_pool1d(segment, 2 * half + 1, stride=1, padding=half, count_include_pad=False)
-    seq[start:stop, :POSE_DIMS] = mean[0, :, start - lo : stop - lo].T
+    dst[start:stop, :POSE_DIMS] = mean[0, :, start - lo : stop - lo].T
+
+
+def _smooth_poses_(seq: Tensor, start: int, stop: int, length: int, kernel: int) -> None:
+    """In place: :func:`_smooth_poses` of ``seq`` onto itself."""
+    _smooth_poses(seq, seq, start, stop, length, kernel)
 
 
 def append_window(seq: Tensor, end: int, pred: Tensor, hop: int, fuse: int, smoothing: int) -> int:
@@ -392,7 +405,18 @@ def check_schedule(overlap: int, fix_kp_cond: int) -> None:
 
 
 @torch.no_grad()
-def generate_motion(
+def generate_motion(sampler: WindowSampler, kp_source: Tensor, cond: Tensor, **schedule: Any) -> Tensor:
+    """Motion vectors for every frame of a condition sequence: (T, 265) float32 on ``cond``'s device.
+
+    Runs :func:`iter_motion` to the end; arguments as there.
+    """
+    for _, motion in iter_motion(sampler, kp_source, cond, **schedule):
+        pass
+    return motion
+
+
+@torch.no_grad()
+def iter_motion(
     sampler: WindowSampler,
     kp_source: Tensor,
     cond: Tensor,
@@ -403,8 +427,14 @@ def generate_motion(
     fix_kp_cond_dims: Optional[tuple[int, int]] = None,
     generator: Optional[torch.Generator] = None,
     progress: Optional[ProgressCallback] = None,
-) -> Tensor:
-    """Motion vectors for every frame of a condition sequence.
+) -> Iterator[tuple[int, Tensor]]:
+    """Motion vectors for every frame of a condition sequence, window by window.
+
+    Yields ``(ready, motion)`` after each window: ``motion`` is the (T, 265) float32 result
+    buffer on ``cond``'s device (the same tensor every time) whose rows ``[0, ready)`` already
+    hold their final values, since the next window only cross-fades and smooths frames after
+    them. A renderer can start on those rows while later windows are sampled; the last item
+    has ``ready == T``.
 
     Args:
         sampler: a :class:`DDIMSampler` (reuse it across calls to keep its CUDA graphs).
@@ -418,9 +448,6 @@ def generate_motion(
             on those resets.
         generator: source of all randomness (noise is drawn on its device).
         progress: ``progress(windows_done, windows_total)``; may raise to cancel.
-
-    Returns:
-        (T, 265) float32 motion vectors on ``cond``'s device.
     """
     if cond.ndim != 2 or cond.shape[0] < 1:
         raise InputError(f"cond has shape {tuple(cond.shape)}; expected (frames, channels) with at least one frame.")
@@ -436,16 +463,20 @@ def generate_motion(
     noise = _randn((sampler.steps - 1, 1, WINDOW, MOTION_DIM), generator, device)
     x_T = _randn((windows, 1, WINDOW, MOTION_DIM), generator, device)
 
-    out = torch.empty(length, MOTION_DIM, device=device, dtype=torch.float32)
+    joined = torch.empty(length, MOTION_DIM, device=device, dtype=torch.float32)  # windows joined, unsmoothed
+    motion = torch.empty(frames, MOTION_DIM, device=device, dtype=torch.float32)
     kp_source = kp_source.to(device=device, dtype=torch.float32)[None]
-    kp_cond, end = kp_source, 0
+    kp_cond, end, ready = kp_source, 0, 0
     for w in range(windows):
         s = w * hop
         pred = sampler.sample(kp_cond, cond[None, s : s + WINDOW], x_T[w], noise)[0]
-        end = append_window(out, end, pred, hop, overlap, smoothing)
-        kp_cond = next_kp_cond(out, end, overlap, w + 1, kp_source, fix_kp_cond, fix_kp_cond_dims)
+        end = append_window(joined, end, pred, hop, overlap, smoothing)
+        kp_cond = next_kp_cond(joined, end, overlap, w + 1, kp_source, fix_kp_cond, fix_kp_cond_dims)
+        # The next window rewrites joined rows from end - overlap on; the final smoothing of a
+        # row reads kernel // 2 rows on either side of it.
+        settled = frames if w == windows - 1 else min(frames, max(0, end - overlap - smoothing // 2))
+        if settled > ready:
+            _smooth_poses(motion, joined, ready, settled, frames, smoothing, copy_rest=True)
+            ready = settled
+            yield ready, motion
         report(progress, w + 1, windows)
-
-    out = out[:frames]
-    _smooth_poses_(out, 0, frames, frames, smoothing)
-    return out

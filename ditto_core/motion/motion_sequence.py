@@ -21,3 +21,8 @@ class MotionSequence:
 
     def __len__(self) -> int:
         return self.kp_driving.shape[0]
+
+    def wait_rows(self, stop: int) -> None:
+        """Return once rows ``[0, stop)`` hold their values for work queued on the current CUDA
+        stream from now on. A finished sequence always does; one still being generated
+        (:class:`~ditto_core.motion.motion_ahead.MotionAhead`) blocks until it gets there."""

@@ -204,6 +204,7 @@ def stitch_motion(
     generator: Optional[torch.Generator] = None,
     frames: Optional[Tensor] = None,
     reference: Optional[Tensor] = None,
+    length: Optional[int] = None,
 ) -> MotionSequence:
     """Per-frame keypoints for warping, all T frames at once on the source's device.
 
@@ -221,6 +222,10 @@ def stitch_motion(
             as Ditto does when it is not told the length; fades need the length and are refused.
         reference: (265,) motion vector that relative driving is measured from (None: row 0,
             the first generated frame); a stream passes its first frame to every chunk.
+        length: with ``frames``, the frame count of the whole clip the rows belong to: a clip
+            stitched chunk by chunk as its motion is sampled. Blinks are then laid out over the
+            clip as for a whole-clip call, so the chunks join into exactly that result (leave
+            ``generator`` None: each call then draws the same gaps from ``options.seed``).
 
     Returns:
         MotionSequence with (T, 21, 3) float32 ``kp_source`` / ``kp_driving`` and the
@@ -234,11 +239,12 @@ def stitch_motion(
         )
     device = source.device
     num_frames = motion_vectors.shape[0]
-    streamed = frames is not None
-    if streamed and options.fade_type:
+    chunked = frames is not None
+    streamed = chunked and length is None
+    if chunked and options.fade_type:
         raise InputError(
-            f"MotionOptions.fade_type={options.fade_type!r}: fades need the clip's length, which a stream "
-            'does not know; use fade_type="" for streaming.'
+            f"MotionOptions.fade_type={options.fade_type!r}: fades are stitched over a whole clip at once, not "
+            'chunk by chunk (a stream does not even know its length); use fade_type="" for streaming.'
         )
     frames = torch.arange(num_frames, device=device) if frames is None else frames.to(device)
     index = mirror_index(frames, len(source))
@@ -260,7 +266,7 @@ def stitch_motion(
         table = options.delta_eye_arr.to(device, torch.float32, non_blocking=True)
         if generator is None:
             generator = torch.Generator().manual_seed(options.seed)
-        span = STREAM_BLINK_FRAMES if streamed else num_frames
+        span = STREAM_BLINK_FRAMES if streamed else length or num_frames
         rows = blink_schedule(span, table.shape[0], options.delta_eye_open_n, generator, device)
         blink = table[rows[frames % span]]
     state: dict[str, Part] = {

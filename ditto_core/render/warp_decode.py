@@ -415,19 +415,19 @@ class WarpDecodeEngine(nn.Module):
         _check_motion(source, motion)
         total = len(motion)
         f_s = source.f_s.to(self.device, self.dtype)
-        kp_source = motion.kp_source.to(self.device, torch.float32)
-        kp_driving = motion.kp_driving.to(self.device, torch.float32)
-        index = None if len(source) == 1 else motion.source_index.to(self.device)
+        shared_volume = len(source) == 1
         start = 0
         while start < total:
             # Decided per attempt: after an out-of-VRAM retry the batch may be no larger than the ramp.
-            graph = self._graph_ready(shared_volume=index is None, volume_shape=tuple(f_s.shape[1:]), frames=total)
+            graph = self._graph_ready(shared_volume=shared_volume, volume_shape=tuple(f_s.shape[1:]), frames=total)
             first = start == 0 and self.stats.compiled and 0 < self.first_batch < self.batch_size
             rows = slice(start, min(start + (self.first_batch if first else self.batch_size), total))
+            motion.wait_rows(rows.stop)  # motion may still be being generated (rows read only from here on)
+            index = None if shared_volume else motion.source_index[rows].to(self.device)
             try:
                 images = self._render(
-                    f_s, kp_source[rows], kp_driving[rows], None if index is None else index[rows],
-                    eager=first or not graph,
+                    f_s, motion.kp_source[rows].to(self.device, torch.float32),
+                    motion.kp_driving[rows].to(self.device, torch.float32), index, eager=first or not graph,
                 )
             except torch.cuda.OutOfMemoryError as error:
                 if self.batch_size == 1:

@@ -1,0 +1,16 @@
+# Sourced by each device call: wheels, bytecode cache, random checkpoints, HuBERT-large ONNX.
+# Idempotent: a call on a machine an earlier call left warm skips what is already there.
+if [ ! -d /tmp/site/av ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+fi
+export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1 PYTHONPYCACHEPREFIX=/tmp/pyc
+if [ ! -f /tmp/pyc/.done ]; then
+  SP=$(python3 -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+  timeout 100 python3 -m compileall -q -j 16 $SP/torch $SP/sympy $SP/triton $SP/networkx $SP/mpmath $SP/jinja2 $SP/numpy $SP/onnx $SP/onnxruntime $SP/safetensors $SP/cv2 $SP/aiohttp /tmp/site > /dev/null 2>&1
+  mkdir -p /tmp/pyc && touch /tmp/pyc/.done
+fi
+timeout 60 python3 -m compileall -q -j 16 ditto_core bench tests > /dev/null 2>&1
+[ -f /tmp/models/decoder.pth ] || python3 .carry/shared/reference/make_checkpoints.py --out /tmp/models --seed 0 > /dev/null
+[ -f /tmp/hubert/hubert_streaming_fix_kv.onnx ] || python3 -m bench.make_hubert_large --out /tmp/hubert/hubert_streaming_fix_kv.onnx 2>&1 | tail -1
+export E=.carry/shared/data/ditto_example H=/tmp/hubert/hubert_streaming_fix_kv.onnx
+export DITTO_SHARED=$PWD/.carry/shared DITTO_TEST_CKPT_DIR=/tmp/models
