@@ -237,13 +237,13 @@ class DittoPipeline:
         options, sampler, kp_cond, cond, schedule = self._motion_inputs(source, audio, options)
         del audio
         rows = functools.partial(iter_motion, sampler, kp_cond, cond, **schedule)
-        with start_motion_ahead(rows, cond.shape[0], source, self.models.stitch_network, options) as motion:
-            try:
-                yield motion
-            finally:
-                motion.close()
-                self.times.seconds["motion"] = motion.seconds or 0.0
-                self.times.seconds["motion_wait"] = motion.waited_seconds
+        motion = start_motion_ahead(rows, cond.shape[0], source, self.models.stitch_network, options)
+        try:
+            yield motion
+        finally:
+            motion.close()  # joins the worker, which sets its seconds
+            self.times.seconds["motion"] = motion.seconds
+            self.times.seconds["motion_wait"] = motion.waited_seconds
 
     def _motion_inputs(self, source: SourceInfo, audio: AudioFeatures, options: MotionOptions):
         """What the window chain needs: the options with the blink table, the sampler, the first

@@ -66,7 +66,8 @@ class DittoTalkingHead(io.ComfyNode):
         with timed_stage("Talking Head", pipeline.device) as timer:
             source = register_source(models, image, RegistrationOptions(detect_face=detect_face), True, stage(0))
             features = encode_speech(models, audio, stage(1))
-            # On CUDA the render starts on the first motion window (the motion stage's bar then stays empty).
+            # With the pipeline's motion_ahead the render starts on the first motion window (the motion
+            # stage's bar then stays empty).
             with pipeline.motion_for_render(source, features, motion_options, stage(2)) as motion:
                 del features
                 if len(motion) == 0:
