@@ -153,7 +153,7 @@ def test_every_ditto_node_is_registered(comfy):
     ditto = {name: node for name, node in info.items() if node.get("category") == "Ditto"}
     expected = {"DittoLoadModels", "DittoUnloadModels", "DittoRegisterAvatar", "DittoAudioFeatures",
                 "DittoMotionOptions", "DittoLMDMSampler", "DittoWarpDecode", "DittoPutBack", "DittoSaveVideo",
-                "DittoFramesToImage", "DittoFramesToVideo", "DittoTalkingHead"}
+                "DittoFramesToImage", "DittoFramesToVideo", "DittoTalkingHead", "DittoPublishLiveAvatar"}
     assert set(ditto) == expected
     assert "." in info["DittoLoadModels"]["input"]["required"]["model_folder"][1]["options"]
 
