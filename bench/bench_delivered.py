@@ -1,8 +1,11 @@
 """Delivered against GPU-side frames/s for each x264 preset, one encoder and parallel, in one run.
 
 The render half of bench_render.py (cached avatar, 10 s of motion, compiled fp16 warp+decode,
-Triton put-back into a 1080x1920 frame), measured once on the GPU side alone (render + put-back,
-device synchronised) and then into a finished MP4 with 10 s of AAC audio through
+Triton put-back into a 1080x1920 frame), measured on the GPU side alone (render + put-back, then
+with the yuv420p conversion by each backend, then with the host copy on the render's stream or a
+side stream; device synchronised), x264 alone on the clip's frames from host memory
+(``encode_only_fps``, one instance per preset and per one-encoder layout with its thread count), and
+then into a finished MP4 with 10 s of AAC audio through
 :class:`VideoWriter`, for each preset and each encoder layout (x264 instances x frame threads
 each, ``--layouts``). Each MP4 is checked: the expected number of frames and audio within one frame of
 the video. Prints a table next to issue 16's goals and writes JSON with ``--out``::
@@ -33,7 +36,7 @@ from ditto_core.precision import NETWORK_PRECISIONS, network_dtype
 from ditto_core.render.putback import paste_back
 from ditto_core.render.warp_decode import WarpDecodeEngine, auto_batch_size
 from ditto_core.video.colour import rgb_to_yuv420p
-from ditto_core.video.encoder import X264_PRESETS, usable_cores
+from ditto_core.video.encoder import X264_PRESETS, EncoderSettings, SegmentEncoder, usable_cores
 from ditto_core.video.writer import VideoWriter
 
 from .bench_common import emit, sync
@@ -103,17 +106,56 @@ def main() -> None:
             for first, renders in engine.iter_render(scene.source, motion):
                 yield paste_back(scene.frame, renders, scene.M_c2o, motion.source_index[first : first + len(renders)])
 
-        def gpu_side(convert: bool) -> float:
+        def gpu_side(convert: Optional[str] = None, copy: Optional[str] = None) -> float:
+            """Frames/s of render + put-back, then the yuv420p conversion (``convert``: its backend)
+            and the host copy into pinned buffers (``copy``: on the render's stream or a side stream)."""
+            if copy is not None:
+                # Two pinned batches reused in turn: only the transfers' cost is of interest here.
+                pool = [torch.empty(batch * settings.height * settings.width * 3 // 2, dtype=torch.uint8,
+                                    pin_memory=True) for _ in range(2)]
+                side = torch.cuda.Stream(device) if copy == "side" else None
             for _ in frames_of_clip():  # warm: put-back kernels compile on first use
                 break
             sync(device)
             start = time.perf_counter()
-            for out in frames_of_clip():
-                if convert:
-                    rgb_to_yuv420p(out)
+            for i, out in enumerate(frames_of_clip()):
+                if convert is None:
+                    continue
+                packed = rgb_to_yuv420p(out, backend=convert)
+                if copy is None:
+                    continue
+                target = pool[i % 2][: packed.numel()].view(packed.shape)
+                if side is None:
+                    target.copy_(packed, non_blocking=True)
+                    continue
+                side.wait_stream(torch.cuda.current_stream(device))
+                with torch.cuda.stream(side):
+                    target.copy_(packed, non_blocking=True)
+                packed.record_stream(side)
             sync(device)
             return frames / (time.perf_counter() - start)
 
+        def encode_only(preset: str, packed: list, threads: Optional[int] = None) -> float:
+            """Frames/s of one x264 instance alone on the clip's yuv420p frames, already in host memory."""
+            path = workdir / f"encode_only_{preset}.mp4"
+            encoder_settings = EncoderSettings(settings.width, settings.height, FPS, args.crf, preset,
+                                               threads=threads or 0)
+            start = time.perf_counter()
+            with SegmentEncoder(path, encoder_settings, audio=(wave, AUDIO_RATE)) as encoder:
+                for batch_yuv in packed:
+                    for first in range(0, len(batch_yuv), 4):  # the writer's chunk
+                        encoder.write_yuv(batch_yuv[first : first + 4])
+            return frames / (time.perf_counter() - start)
+
+        gpu_variants = {"render_and_putback": {}, "yuv_torch": {"convert": "torch"}}
+        if device.type == "cuda":
+            gpu_variants.update({"yuv_triton": {"convert": "triton"},
+                                 "yuv_triton_copy_render_stream": {"convert": "triton", "copy": "render"},
+                                 "yuv_triton_copy_side_stream": {"convert": "triton", "copy": "side"}})
+        gpu_fps = {name: statistics.median(gpu_side(**variant) for _ in range(settings.reps))
+                   for name, variant in gpu_variants.items()}
+        print("GPU side, frames/s: " + "  ".join(f"{name} {fps:.1f}" for name, fps in gpu_fps.items()), flush=True)
+        host_yuv = [rgb_to_yuv420p(out).cpu().numpy() for out in frames_of_clip()]
         results: dict = {
             "config": {"device": str(device), "frames": frames, "size": [settings.height, settings.width],
                        "precision": args.precision, "batch": batch, "compiled": settings.compile,
@@ -121,13 +163,13 @@ def main() -> None:
                        "layouts": [layout_name(layout) for layout in args.layouts],
                        "source_frame": origin, "cpu_count": os.cpu_count(), "usable_cores": usable_cores(),
                        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
-            "gpu_fps": statistics.median(gpu_side(False) for _ in range(settings.reps)),
-            "gpu_fps_with_yuv_conversion": statistics.median(gpu_side(True) for _ in range(settings.reps)),
+            "gpu_fps": gpu_fps["render_and_putback"],
+            "gpu_side_fps": gpu_fps,
             "presets": {},
         }
         for preset, interval in itertools.product(args.presets, args.gil_intervals):
             gil_turns.SHORT_INTERVAL = interval
-            entry = {"gil_interval_s": interval}
+            entry = {"gil_interval_s": interval, "encode_only_fps": encode_only(preset, host_yuv)}
             for encoders, threads in args.layouts:
                 runs = []
                 name = layout_name((encoders, threads))
@@ -141,8 +183,10 @@ def main() -> None:
                         for out in frames_of_clip():
                             writer.write(out)
                     runs.append(frames / (time.perf_counter() - start))
+                alone = encode_only(preset, host_yuv, threads) if encoders == 1 and threads else None
                 entry.setdefault("layouts", {})[name] = {
                     "encoders": encoders, "threads": threads, "delivered_fps": statistics.median(runs), "runs": runs,
+                    "encode_only_fps": alone,
                               "bytes": path.stat().st_size, **check_mp4(path, frames)}
             entry["goal"], entry["met"] = goal(preset, entry, results["gpu_fps"])
             name = preset if len(args.gil_intervals) == 1 else f"{preset}@gil{interval:g}"
@@ -180,9 +224,10 @@ def goal(preset: str, entry: dict, gpu_fps: float) -> tuple:
 def print_row(preset: str, entry: dict, gpu_fps: float) -> None:
     cells = []
     for key, r in entry["layouts"].items():
-        cells.append(f"{key}: {r['delivered_fps']:6.1f} ({100 * r['delivered_fps'] / gpu_fps:3.0f} %)"
+        alone = f" [alone {r['encode_only_fps']:.0f}]" if r.get("encode_only_fps") else ""
+        cells.append(f"{key}: {r['delivered_fps']:6.1f} ({100 * r['delivered_fps'] / gpu_fps:3.0f} %){alone}"
                      f"{'' if r['frames_ok'] and r['audio_ok'] else ' MP4 CHECK FAILED'}")
-    print(f"{preset:>9}: GPU-side {gpu_fps:6.1f}  " + "  ".join(cells)
+    print(f"{preset:>9}: GPU-side {gpu_fps:6.1f}  x264 alone {entry['encode_only_fps']:6.1f}  " + "  ".join(cells)
           + (f"  goal {entry['goal']}: {'met' if entry['met'] else 'NOT met'}" if entry["goal"] else ""), flush=True)
 
 

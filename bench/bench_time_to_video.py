@@ -33,6 +33,7 @@ import time
 _CHILD_START = time.time()  # before any import: the child's interpreter start-up is the parent's to time
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -73,7 +74,9 @@ def _child(args: argparse.Namespace) -> None:
     device = torch.device(args.device)
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[args.precision]
     start = time.time()
-    engine_warmup, ahead = args.warmup.removesuffix("-ahead"), args.warmup.endswith("-ahead")
+    engine_warmup, suffixes = parse_variant(args.warmup)
+    ahead = "-ahead" in suffixes
+    motion_options = MotionOptions(steps=args.steps, sampler_precision="fp32" if "-lmdmfp32" in suffixes else "auto")
     warmup, min_frames = {"background": ("background", 0), "foreground": ("foreground", 0),
                           "cli": ("foreground", ONE_CLIP_COMPILE_MIN_FRAMES),
                           "aot": ("aot_cached", ONE_CLIP_COMPILE_MIN_FRAMES)}[engine_warmup]
@@ -90,7 +93,7 @@ def _child(args: argparse.Namespace) -> None:
     for index, audio in enumerate(args.job):
         out = Path(args.out_dir) / f"job{index}.mp4"
         start = time.time()
-        pipeline.run(args.image, audio, out, RegistrationOptions(detect_face=False), MotionOptions(steps=args.steps),
+        pipeline.run(args.image, audio, out, RegistrationOptions(detect_face=False), motion_options,
                      crf=args.crf, preset=args.preset)
         finished = time.time()
         engine = next(iter(pipeline._engines.values()), None)
@@ -111,6 +114,22 @@ def _child(args: argparse.Namespace) -> None:
     times["child_started_since_spawn_s"] = _CHILD_START - args.spawned_at
     times["compile_breakdown"] = compile_breakdown() if not args.no_compile else None
     print("RESULT " + json.dumps({"process": times, "jobs": jobs}, default=str), flush=True)
+
+
+WARMUPS = ("cli", "foreground", "background", "aot")
+VARIANT_SUFFIXES = {
+    "-ahead": "the motion generated ahead of the render (DittoPipeline motion_ahead)",
+    "-lmdmfp32": "the LMDM sampled in fp32, the default before 'auto' (tf32 beside half-precision networks)",
+}
+
+
+def parse_variant(name: str) -> tuple[str, set[str]]:
+    """"foreground-ahead-lmdmfp32" -> ("foreground", {"-ahead", "-lmdmfp32"})."""
+    found = set()
+    for suffix in reversed(VARIANT_SUFFIXES):
+        if name.endswith(suffix):
+            name, found = name.removesuffix(suffix), found | {suffix}
+    return name, found
 
 
 # ----------------------------------------------------------------------------------- parent
@@ -257,13 +276,14 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--steps", type=int, default=25)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--warmups", nargs="+", default=["cli", "foreground", "background"],
-                        choices=[f"{w}{s}" for w in ("cli", "foreground", "background", "aot") for s in ("", "-ahead")],
+                        choices=[w + "".join(s) for w in WARMUPS for n in range(len(VARIANT_SUFFIXES) + 1)
+                                 for s in itertools.combinations(VARIANT_SUFFIXES, n)],
                         help="engine warm-up variants, each with its own caches, side by side: cli (the CLI's "
                              "default: no compile for a clip under ONE_CLIP_COMPILE_MIN_FRAMES), "
                              "foreground (compile at the first batch), background (a compile thread from model load "
                              "on, eager until ready), aot (the CLI's --aot: a cached AOT package, else as cli and the "
                              "package built by a detached process after the MP4, waited for before the next child); "
-                             "-ahead: the same with the motion generated ahead of the render (DittoPipeline motion_ahead)")
+                             "suffixes (in this order): " + "; ".join(f"{k}: {v}" for k, v in VARIANT_SUFFIXES.items()))
     parser.add_argument("--max-seconds", type=float, default=None, help="trim every clip (CPU smoke runs)")
     parser.add_argument("--profile", action="store_true", help="after the timed runs, one more new-process child under cProfile (pstats into --profile-dir)")
     parser.add_argument("--profile-dir", type=Path, default=Path("bench/results"))

@@ -23,7 +23,7 @@ from .live import server as live_server
 from .process_exit import exit_now
 from .signals import exit_status, terminate_as_interrupt
 from .motion.motion_options import EMOTIONS, MAX_STEPS
-from .precision import LMDM_PRECISIONS, NETWORK_PRECISIONS
+from .precision import LMDM_PRECISION_CHOICES, NETWORK_PRECISIONS
 from .video.writer import X264_PRESETS
 
 log = logging.getLogger(__name__)
@@ -144,8 +144,9 @@ def _add_render(sub: argparse._SubParsersAction) -> None:
                         "(default: fp32)")
     p.add_argument("--steps", type=_int_in(1, MAX_STEPS), default=25,
                    help=f"DDIM steps of the motion diffusion, 1 to {MAX_STEPS} (default: 25; the reference uses 50)")
-    p.add_argument("--lmdm-precision", choices=LMDM_PRECISIONS, default="fp32",
-                   help="motion diffusion arithmetic: fp32 reproduces Ditto; tf32 and bf16 are faster (default: fp32)")
+    p.add_argument("--lmdm-precision", choices=LMDM_PRECISION_CHOICES, default="auto",
+                   help="motion diffusion arithmetic: fp32 reproduces Ditto; tf32 and bf16 are faster; auto is fp32 "
+                        "with --precision fp32 and tf32 with fp16 or bf16 (default: auto)")
     p.add_argument("--lmdm-compile", action="store_true",
                    help="torch.compile the motion diffusion steps (pays off with --lmdm-precision bf16 on long clips)")
     p.add_argument("--seed", type=_int_in(0, MAX_SEED), default=0,

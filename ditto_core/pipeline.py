@@ -31,6 +31,7 @@ from .motion.motion_ahead import start_motion_ahead
 from .motion.motion_options import MotionOptions
 from .motion.motion_sequence import MotionSequence
 from .motion.motion_stitch import stitch_motion
+from .precision import lmdm_precision_for
 from .progress import ProgressCallback
 from .registration.aux_models import AuxModels, load_aux_models
 from .registration.cache import AvatarCache
@@ -250,7 +251,8 @@ class DittoPipeline:
         keypoint condition, the (T, C) conditions and the schedule's keyword arguments."""
         options = self.with_blink_table(options)
         cond = build_conditions(audio, source, options, self.models.cond_dim)
-        sampler = self.sampler(options.steps, options.sampler_precision, options.sampler_compile)
+        precision = lmdm_precision_for(options.sampler_precision, self.models.dtype)
+        sampler = self.sampler(options.steps, precision, options.sampler_compile)
         schedule = dict(overlap=options.overlap_v2, smoothing=options.smo_k_d, fix_kp_cond=options.fix_kp_cond,
                         generator=torch.Generator(self.device).manual_seed(options.seed))
         return options, sampler, build_kp_condition(source)[0], cond, schedule

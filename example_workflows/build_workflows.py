@@ -175,7 +175,7 @@ class Graph:
 MODELS = dict(model_folder=".", device="auto", precision="auto", download_missing=False)
 REGISTER = dict(detect_face=True, use_cache=True, crop_scale=2.3, crop_vx_ratio=0.0, crop_vy_ratio=-0.125,
                 face_index=-1, max_size=1920, video_smoothing=13)
-SAMPLER = dict(steps=25, seed=0, overlap=10, smoothing=3, precision="fp32 (exact)")
+SAMPLER = dict(steps=25, seed=0, overlap=10, smoothing=3, precision="auto (fp32, tf32 with fp16/bf16 models)")
 RENDER = dict(batch_size=0, compile=True)
 SAVE = dict(crf=18, preset="medium")
 

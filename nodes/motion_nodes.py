@@ -18,6 +18,7 @@ SEED_MAX = 0xFFFF_FFFF_FFFF_FFFF
 _TRI_STATE = {"auto": None, "on": True, "off": False}
 _FADE_TARGETS = {"none": "", "first generated frame": "d0", "source": "s"}
 _SAMPLER_MODES = {
+    "auto (fp32, tf32 with fp16/bf16 models)": ("auto", False),
     "fp32 (exact)": ("fp32", False),
     "tf32 (2x faster)": ("tf32", False),
     "bf16 compiled (fastest, compiles once)": ("bf16", True),
@@ -117,8 +118,8 @@ class LMDMSampler(io.ComfyNode):
                 io.Combo.Input("precision", options=list(_SAMPLER_MODES), default=next(iter(_SAMPLER_MODES)),
                                tooltip="Arithmetic of the diffusion network. fp32 reproduces Ditto's numbers; tf32 "
                                        "is about 2x faster (motion within 7e-4 of fp32); bf16 compiled about 4x "
-                                       "(within about 1e-2; the first run compiles for 10-15 s). Motion is a "
-                                       "small share of a render either way."),
+                                       "(within about 1e-2; the first run compiles for 10-15 s). auto: fp32 with "
+                                       "fp32 models, tf32 with fp16 or bf16 ones (an error no larger than theirs)."),
                 T.MOTION_OPTIONS.Input("options", optional=True,
                                        tooltip="From Eye Lock / Motion Options; Ditto's defaults when unconnected."),
             ],

@@ -175,11 +175,12 @@ def test_sampler_precision_widget_reaches_the_sampler(handle, source, features, 
 
     monkeypatch.setattr(pipeline, "sampler", sampler)
     widget = next(i for i in NODES["DittoLMDMSampler"].GET_SCHEMA().inputs if i.id == "precision")
-    assert widget.default == "fp32 (exact)"
+    assert widget.default == widget.options[0] and widget.options[0].startswith("auto")
     for choice in widget.options:
         NODES["DittoLMDMSampler"].execute(models=handle, source=source, audio_features=features, steps=2, seed=0,
                                           overlap=10, smoothing=3, precision=choice)
-    assert asked == [("fp32", False), ("tf32", False), ("bf16", True)]
+    # auto beside these fp32 models is fp32 (beside fp16 ones tf32: test_pipeline's resolution test)
+    assert asked == [("fp32", False), ("fp32", False), ("tf32", False), ("bf16", True)]
 
 
 def test_motion_options_map_widgets():

@@ -1,4 +1,6 @@
 """The headless pipeline and CLI end to end (random weights: every stage, real code paths)."""
+import dataclasses
+
 import av
 import pytest
 import torch
@@ -86,3 +88,23 @@ def test_stage_outputs_stay_on_the_pipeline_device(pipeline, example_dir):
     assert not torch.equal(motion.kp_driving, other.kp_driving)
     for t in (source.f_s, source.M_c2o, features.features, motion.kp_source, motion.kp_driving):
         assert t.device == pipeline.device
+
+
+@pytest.mark.parametrize("dtype, choice, resolved", [
+    (torch.float32, "auto", "fp32"), (torch.float16, "auto", "tf32"), (torch.bfloat16, "auto", "tf32"),
+    (torch.float16, "fp32", "fp32"), (torch.float32, "bf16", "bf16"),
+])
+def test_lmdm_precision_auto_follows_the_image_networks(pipeline, monkeypatch, dtype, choice, resolved):
+    """``auto`` (the default) samples the motion in fp32 beside fp32 networks and in tf32 beside
+    half-precision ones; an explicit choice is kept."""
+    from ditto_core.precision import lmdm_precision_for
+
+    assert MotionOptions().sampler_precision == "auto"
+    assert lmdm_precision_for(choice, dtype) == resolved
+    asked = []
+    monkeypatch.setattr(pipeline, "models", dataclasses.replace(pipeline.models, dtype=dtype))
+    monkeypatch.setattr(pipeline, "sampler", lambda steps, precision, compile: asked.append(precision))
+    monkeypatch.setattr("ditto_core.pipeline.build_conditions", lambda *args: None)
+    monkeypatch.setattr("ditto_core.pipeline.build_kp_condition", lambda source: (None,))
+    pipeline._motion_inputs(None, None, MotionOptions(sampler_precision=choice))
+    assert asked == [resolved]

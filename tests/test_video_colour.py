@@ -12,6 +12,7 @@ from av.video.reformatter import ColorRange, Colorspace, Interpolation
 
 from ditto_core.video.colour import pad_to_even, rgb_to_yuv420p
 from ditto_core.video.writer import VideoWriter
+from tests.triton_interpreter import run_interpreted
 
 PORTRAIT = Path(__file__).resolve().parents[2] / "shared" / "data" / "ditto_example" / "portrait.jpg"
 
@@ -45,6 +46,15 @@ def test_conversion_matches_swscale_within_one_level(name, image):
     luma = image.shape[0] * image.shape[1]
     default = swscale_yuv420p(image, interpolation=None).reshape(-1)[:luma].astype(int)
     assert np.abs(ours.reshape(-1)[:luma] - default).max() <= 1
+
+
+def test_backend_is_checked():
+    frames = torch.zeros(1, 4, 4, 3, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="auto, triton, torch"):
+        rgb_to_yuv420p(frames, backend="cuda")
+    with pytest.raises(ValueError, match="needs CUDA frames"):
+        rgb_to_yuv420p(frames, backend="triton")
+    assert torch.equal(rgb_to_yuv420p(frames, backend="torch"), rgb_to_yuv420p(frames))
 
 
 def test_batch_and_padding():
@@ -92,8 +102,60 @@ def test_cuda_conversion_matches_the_cpu_one():
     rng = np.random.default_rng(3)
     frames = torch.from_numpy(rng.integers(0, 256, (9, 270, 482, 3), dtype=np.uint8))
     cpu = rgb_to_yuv420p(frames)
-    cuda = rgb_to_yuv420p(frames.cuda()).cpu()
-    difference = (cuda.int() - cpu.int()).abs()
-    assert difference.max() <= 1 and (difference > 0).float().mean() < 1e-3
+    cuda = rgb_to_yuv420p(frames.cuda(), backend="triton").cpu()
+    cuda_torch = rgb_to_yuv420p(frames.cuda(), backend="torch").cpu()
+    assert torch.equal(rgb_to_yuv420p(frames.cuda()).cpu(), cuda)  # auto: the kernel
+    for reference in (cpu, cuda_torch):
+        difference = (cuda.int() - reference.int()).abs()
+        assert difference.max() <= 1 and (difference > 0).float().mean() < 1e-3
     theirs = swscale_yuv420p(frames[4].numpy()).astype(int)
     assert np.abs(cuda[4].numpy().astype(int) - theirs).max() <= 1
+
+
+INTERPRETED_KERNEL = """
+import json
+import cv2, numpy as np, torch
+from ditto_core.video import colour
+from ditto_core.video.colour_triton import rgb_to_yuv420p_triton
+rng = np.random.default_rng(4)
+portrait = cv2.cvtColor(cv2.imread(%r, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)[200:330, 300:818]
+cases = {
+    "random, chroma width not a multiple of the block": rng.integers(0, 256, (3, 14, 1030, 3), dtype=np.uint8),
+    "extremes": rng.choice(np.array([0, 255], np.uint8), (2, 8, 12, 3)),
+    "portrait": portrait[None].copy(),
+}
+result = {}
+for name, frames in cases.items():
+    frames = torch.from_numpy(frames)
+    n, h, w = frames.shape[:3]
+    out = torch.full((n, h * 3 // 2, w), 7, dtype=torch.uint8)
+    got = rgb_to_yuv420p_triton(frames, out, colour._RGB_TO_YUV, colour._OFFSETS)
+    want = colour.rgb_to_yuv420p(frames)  # the CPU tensors take the PyTorch arithmetic
+    diff = (got.int() - want.int()).abs()
+    result[name] = {"same_tensor": got is out, "shape": list(got.shape), "max": int(diff.max()),
+                    "unequal": float((diff > 0).float().mean())}
+print(json.dumps(result))
+"""
+
+
+def test_triton_kernel_computes_the_pytorch_conversion_in_the_interpreter():
+    result = run_interpreted(INTERPRETED_KERNEL % str(PORTRAIT))
+    assert set(result) == {"random, chroma width not a multiple of the block", "extremes", "portrait"}
+    for name, got in result.items():
+        assert got["same_tensor"], name
+        # The interpreter rounds as numpy does, PyTorch's CPU kernels may fuse a multiply-add:
+        # a value exactly on a level boundary can land on either side.
+        assert got["max"] <= 1 and got["unequal"] < 1e-3, (name, got)
+    assert result["random, chroma width not a multiple of the block"]["shape"] == [3, 21, 1030]
+
+
+@pytest.mark.parametrize("capability", [80, 90], ids=["ampere", "hopper"])
+def test_triton_kernel_builds_for_ampere_and_hopper(capability):
+    pytest.importorskip("triton")
+    from ditto_core.video import colour, colour_triton
+    from tests.test_triton_kernels import _compile
+
+    built = _compile(colour_triton._yuv420p_kernel, dict(rgb_ptr="*u8", out_ptr="*u8"), ["height", "width"],
+                     colour_triton.kernel_constants(colour._RGB_TO_YUV, colour._OFFSETS), capability,
+                     num_warps=colour_triton._NUM_WARPS)
+    assert built.asm.get("cubin")

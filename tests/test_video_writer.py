@@ -157,6 +157,27 @@ def test_cuda_frames_are_copied_asynchronously(tmp_path):
     assert np.abs(decoded.astype(np.int16) - frames.numpy().astype(np.int16)).mean() < 2.0
 
 
+@pytest.mark.gpu
+def test_cuda_frames_freed_and_reused_right_after_write_arrive_intact(tmp_path):
+    """The host copy runs on a side stream: the converted frames' memory must not be handed out
+    again (here to a tensor filled at once on the render's stream) before that copy has read it."""
+    frames = gradient_frames(24, 720, 1280)
+    target = tmp_path / "reused.mp4"
+    with VideoWriter(target, width=1280, height=720, queue_frames=24) as writer:
+        for start in range(0, 24, 8):
+            batch = frames[start : start + 8].cuda()
+            writer.write(batch)
+            del batch
+            # Blocks the size of one converted chunk, as the allocator would hand them out next,
+            # overwritten at once.
+            for _ in range(4):
+                torch.full((writer_module._CHUNK_FRAMES * 720 * 3 // 2 * 1280,), 255, dtype=torch.uint8,
+                           device="cuda").add_(1)
+    decoded = probe(target)["frames"]
+    assert decoded.shape[0] == 24
+    assert np.abs(decoded.astype(np.int16) - frames.numpy().astype(np.int16)).mean() < 2.0
+
+
 def test_leaving_the_writer_hands_freed_heap_back(tmp_path, monkeypatch):
     """Each video's encoder thread leaves its frame buffers in a glibc arena; exit trims them."""
     calls = []
@@ -172,3 +193,22 @@ def test_leaving_the_writer_hands_freed_heap_back(tmp_path, monkeypatch):
 
 def test_trim_host_heap_reports_whether_it_could_run():
     assert trim_host_heap() == (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc")
+
+
+def test_one_encoder_leaves_two_cores_to_the_render_on_big_hosts(tmp_path, monkeypatch):
+    from ditto_core.video import encoder as encoder_module
+    from ditto_core.video.encoder import default_threads
+
+    assert [default_threads("superfast", cores) for cores in (16, 8, 4, 1)] == [14, 6, 0, 0]
+    assert default_threads("ultrafast", 16) == 14 and default_threads("medium", 16) == 0  # medium: every core
+    for cores, preset, expected in ((16, "ultrafast", 14), (16, "medium", 0), (2, "ultrafast", 0)):
+        monkeypatch.setattr(writer_module, "usable_cores", lambda: cores)
+        monkeypatch.setattr(encoder_module, "usable_cores", lambda: cores)
+        target = tmp_path / f"c{cores}_{preset}.mp4"
+        with VideoWriter(target, width=64, height=64, preset=preset) as writer:
+            assert writer.settings.threads == expected
+            writer.write(gradient_frames(3, 64, 64))
+        assert probe(target)["frames"].shape[0] == 3
+    with VideoWriter(tmp_path / "given.mp4", width=64, height=64, preset="ultrafast", threads=3) as writer:
+        assert writer.settings.threads == 3
+        writer.write(gradient_frames(1, 64, 64))

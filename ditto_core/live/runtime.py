@@ -44,6 +44,7 @@ from ..motion.lmdm_sampler import DDIMSampler
 from ..motion.motion_options import MotionOptions
 from ..motion.motion_sequence import MotionSequence
 from ..motion.motion_stitch import stitch_motion
+from ..precision import lmdm_precision_for
 from ..registration.source_info import SourceInfo
 from ..render.putback import paste_back
 from ..render.warp_decode import WarpDecodeEngine
@@ -238,11 +239,11 @@ class LiveRuntime:
         return self._silence_window.repeat(reps, 1)[:frames]
 
     def sampler(self, options: MotionOptions) -> DDIMSampler:
-        key = (options.steps, options.sampler_precision, options.sampler_compile)
+        precision = lmdm_precision_for(options.sampler_precision, self.pipeline.models.dtype)
+        key = (options.steps, precision, options.sampler_compile)
         if key not in self._samplers:
             self._samplers[key] = DDIMSampler(
-                self.pipeline.models.lmdm, options.steps, precision=options.sampler_precision,
-                compile=options.sampler_compile,
+                self.pipeline.models.lmdm, options.steps, precision=precision, compile=options.sampler_compile,
             )
         return self._samplers[key]
 

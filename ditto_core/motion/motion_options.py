@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ..errors import InputError
 from ..models.keypoints import NUM_KP
-from ..precision import LMDM_PRECISIONS
+from ..precision import LMDM_PRECISION_CHOICES
 
 NUM_EMOTIONS = 8
 EMOTIONS = ("angry", "disgust", "fear", "happy", "neutral", "sad", "surprise", "contempt")
@@ -73,9 +73,10 @@ class MotionOptions:
     """Temporal mean-filter width on the sampled pose/scale (1 disables it)."""
     fix_kp_cond: int = 0
     """Every this many windows, reset the keypoint condition to the source pose (0: never)."""
-    sampler_precision: str = "fp32"
+    sampler_precision: str = "auto"
     """Matrix-product precision of the LMDM: "fp32" (the reference's numbers), "tf32" or "bf16"
-    (faster; errors in docs/PERFORMANCE.md)."""
+    (faster; errors in docs/PERFORMANCE.md), or "auto": fp32 beside fp32 image networks, tf32
+    beside half-precision ones (:func:`~ditto_core.precision.lmdm_precision_for`)."""
     sampler_compile: bool = False
     """Run the LMDM steps through ``torch.compile`` (faster windows after a one-off compile)."""
 
@@ -163,8 +164,8 @@ class MotionOptions:
         _check_int("overlap_v2", self.overlap_v2, 0, LMDM_WINDOW - 1)
         _check_int("smo_k_d", self.smo_k_d, 1, None)
         _check_int("fix_kp_cond", self.fix_kp_cond, 0, None)
-        _check("sampler_precision", self.sampler_precision, self.sampler_precision in LMDM_PRECISIONS,
-               f"one of {', '.join(LMDM_PRECISIONS)}")
+        _check("sampler_precision", self.sampler_precision, self.sampler_precision in LMDM_PRECISION_CHOICES,
+               f"one of {', '.join(LMDM_PRECISION_CHOICES)}")
         self._check_use_d_keys()
         self._check_blinks()
         for axis in ("pitch", "yaw", "roll"):

@@ -15,6 +15,9 @@ takes.
 """
 from __future__ import annotations
 
+import functools
+from typing import Callable, Optional
+
 import av
 import torch
 from torch import Tensor
@@ -50,12 +53,19 @@ def pad_to_even(frames: Tensor) -> Tensor:
     return frames
 
 
-def rgb_to_yuv420p(frames: Tensor, out: Tensor | None = None) -> Tensor:
+CONVERSION_BACKENDS = ("auto", "triton", "torch")
+
+
+def rgb_to_yuv420p(frames: Tensor, out: Tensor | None = None, backend: str = "auto") -> Tensor:
     """(N, H, W, 3) uint8 RGB with even H and W -> (N, H * 3 // 2, W) uint8 packed yuv420p.
 
-    Runs on the frames' device. ``out`` (same shape, uint8, same device) receives the result
-    when given; otherwise a new tensor is returned.
+    Runs on the frames' device. ``backend``: ``"auto"`` is one Triton kernel
+    (:mod:`.colour_triton`) on CUDA where Triton is installed and the PyTorch arithmetic below
+    (the kernel's reference) otherwise; ``"triton"`` or ``"torch"`` asks for one. ``out`` (same
+    shape, uint8, same device) receives the result when given; otherwise a new tensor is returned.
     """
+    if backend not in CONVERSION_BACKENDS:
+        raise ValueError(f"rgb_to_yuv420p: backend must be one of {', '.join(CONVERSION_BACKENDS)}, got {backend!r}")
     if frames.dtype != torch.uint8 or frames.dim() != 4 or frames.shape[-1] != 3:
         raise ValueError(f"rgb_to_yuv420p: expected (N, H, W, 3) uint8 RGB, got {tuple(frames.shape)} {frames.dtype}")
     count, height, width = frames.shape[:3]
@@ -63,6 +73,11 @@ def rgb_to_yuv420p(frames: Tensor, out: Tensor | None = None) -> Tensor:
         raise ValueError(f"rgb_to_yuv420p: sides must be even (pad_to_even first), got {height}x{width}")
     if out is None:
         out = torch.empty(count, height * 3 // 2, width, dtype=torch.uint8, device=frames.device)
+    kernel = _triton_kernel() if frames.is_cuda and backend != "torch" else None
+    if backend == "triton" and kernel is None:
+        raise ValueError("rgb_to_yuv420p: backend='triton' needs CUDA frames and the `triton` package")
+    if kernel is not None:
+        return kernel(frames, out, _RGB_TO_YUV, _OFFSETS)
     luma, chroma = height * width, (height // 2) * (width // 2)
     flat = out.view(count, -1)
     for start in range(0, count, _STEP_FRAMES):
@@ -76,6 +91,16 @@ def rgb_to_yuv420p(frames: Tensor, out: Tensor | None = None) -> Tensor:
         rows[:, luma : luma + chroma].copy_(_combine(_RGB_TO_YUV[1], _OFFSETS[1], *means).view(n, chroma))
         rows[:, luma + chroma :].copy_(_combine(_RGB_TO_YUV[2], _OFFSETS[2], *means).view(n, chroma))
     return out
+
+
+@functools.cache
+def _triton_kernel() -> Optional[Callable[..., Tensor]]:
+    """The Triton conversion's launcher, or None where Triton cannot be imported."""
+    try:
+        from .colour_triton import rgb_to_yuv420p_triton
+    except ImportError:
+        return None
+    return rgb_to_yuv420p_triton
 
 
 def _combine(weights: tuple, offset: float, red: Tensor, green: Tensor, blue: Tensor) -> Tensor:

@@ -82,6 +82,26 @@ threads delivered more than two to four segment encoders at every preset measure
 where they pay."""
 
 
+RENDER_RESERVED_CORES = 2
+"""Cores a single x264 instance leaves to the rest of the process (the render thread issuing
+the GPU's work, the host copies) at the presets where x264 outpaces the render: x264's own
+choice on a host of 16 cores is 24 frame threads, and with every core busy the render thread
+waited for one. Leaving two delivered 3-6 % more frames/s at ``ultrafast`` and ``superfast`` on
+the H200 host, and 14 % less at ``medium``, where the encoder is the bottleneck and needs every
+core (docs/ENCODING.md)."""
+
+RENDER_BOUND_PRESETS = frozenset({"ultrafast", "superfast"})
+"""Presets at which one x264 instance encodes faster than an H200 renders 1080x1920."""
+
+
+def default_threads(preset: str, cpu_count: Optional[int] = None) -> int:
+    """Frame threads of one x264 instance when none are given: at :data:`RENDER_BOUND_PRESETS`
+    on hosts of 8 cores or more, all cores but :data:`RENDER_RESERVED_CORES`; otherwise 0
+    (x264's own choice)."""
+    cores = cpu_count or usable_cores()
+    return cores - RENDER_RESERVED_CORES if preset in RENDER_BOUND_PRESETS and cores >= 8 else 0
+
+
 def check_encoder_options(crf: int, preset: str) -> None:
     """Raise :class:`InputError` for a ``crf`` or ``preset`` libx264 would refuse.
 

@@ -2,7 +2,8 @@
 
 Frames arrive as RGB in batches. CUDA frames are converted to yuv420p on the GPU
 (:mod:`~ditto_core.video.colour`), so only 1.5 bytes a pixel cross PCIe, into a fixed pool
-of pinned host buffers (asynchronously); host frames are copied into the pool as RGB and
+of pinned host buffers (asynchronously, on a copy stream of their own, so the transfers overlap
+the render); host frames are copied into the pool as RGB and
 converted by swscale in the encoder threads. Host memory therefore stays bounded by the pool
 whatever the clip length.
 
@@ -18,6 +19,7 @@ only once it is complete: a failure in any thread, or an interruption, leaves no
 """
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import threading
@@ -38,7 +40,7 @@ from ..host_memory import trim_host_heap
 from .colour import pad_to_even, rgb_to_yuv420p
 from .encoder import (
     X264_PRESETS, EncoderSettings, Mp4Joiner, Segment, SegmentEncoder, Waveform, check_encoder_options,
-    check_frames, DEFAULT_ENCODERS, default_preset, usable_cores,
+    check_frames, DEFAULT_ENCODERS, default_preset, default_threads, usable_cores,
 )
 
 __all__ = ["VideoWriter", "X264_PRESETS", "check_encoder_options", "DEFAULT_ENCODERS", "default_preset",
@@ -112,8 +114,9 @@ class VideoWriter:
             [-1, 1]; muxed as AAC, cut or padded with silence to the video length. More than two
             channels are mixed down to mono (the mix the lip motion was computed from).
         encoders: concurrent libx264 instances; None: :data:`DEFAULT_ENCODERS`.
-        threads: frame threads of each libx264 instance; None: x264's own choice for the whole
-            host with one encoder, ``cores // encoders`` with several.
+        threads: frame threads of each libx264 instance; None: :func:`default_threads` (all cores
+            but two on 8 or more at the fastest presets) with one encoder, ``cores // encoders`` with
+            several.
         segment_frames: frames per segment (and GOP) when ``encoders > 1``; None:
             :func:`default_segment_frames` (two seconds, down to one for a short clip).
         queue_frames: frames buffered on the host between producer and encoders; bounds host
@@ -154,8 +157,8 @@ class VideoWriter:
         if parallel:
             segment_frames = segment_frames or default_segment_frames(settings.fps, encoders, expected_frames)
             settings = replace(settings, gop_frames=segment_frames, threads=threads or max(1, cores // encoders))
-        elif threads:
-            settings = replace(settings, threads=threads)
+        else:
+            settings = replace(settings, threads=threads or default_threads(settings.preset, cores))
         self.settings = settings
         self.path = Path(path)
         self.width, self.height = width, height
@@ -214,8 +217,9 @@ class VideoWriter:
     def write(self, frames: Union[Tensor, np.ndarray]) -> None:
         """Queue (N, H, W, 3) uint8 RGB frames for encoding; blocks only while the pool is full.
 
-        CUDA frames are converted and copied on the current stream without waiting for it: the
-        caller may reuse or free them afterwards as long as it stays on that stream.
+        CUDA frames are converted on the current stream and copied to the host on a side stream,
+        without waiting for either: the caller may reuse or free them afterwards as long as it
+        stays on its stream.
         """
         self._ensure_usable()
         if isinstance(frames, np.ndarray):
@@ -253,9 +257,13 @@ class VideoWriter:
         if chunk.is_cuda:
             packed = rgb_to_yuv420p(pad_to_even(chunk))
             buffer = self._take_buffer(yuv=True)
-            buffer[: packed.numel()].view(packed.shape).copy_(packed, non_blocking=True)
-            ready = torch.cuda.Event()
-            ready.record(torch.cuda.current_stream(chunk.device))
+            copier = _copy_stream(chunk.device)
+            copier.wait_stream(torch.cuda.current_stream(chunk.device))
+            with torch.cuda.stream(copier):
+                buffer[: packed.numel()].view(packed.shape).copy_(packed, non_blocking=True)
+                ready = torch.cuda.Event()
+                ready.record(copier)
+            packed.record_stream(copier)  # its memory is not handed out again before the copy has read it
             return _Chunk(buffer, count, True, ready)
         buffer = self._take_buffer(yuv=False)
         frames = buffer[: count * height * width * 3].view(count, height, width, 3)
@@ -484,6 +492,15 @@ class VideoWriter:
     def _all_joined(self, index: int) -> bool:
         """True once input has ended and every segment before ``index`` is joined (lock held)."""
         return self._input_ended and index >= self._job_count
+
+
+@functools.cache
+def _copy_stream(device: torch.device) -> torch.cuda.Stream:
+    """The side stream of a device's frame copies to the host: on the render's own stream each
+    copy (3 MiB a 1080x1920 frame) would hold back the next batch's kernels until it landed; here
+    it overlaps them. One per device, kept: the count of streams stays fixed however many videos
+    are written."""
+    return torch.cuda.Stream(device)
 
 
 def _in_short_gil_turns(loop: Callable[[], None]) -> None:
