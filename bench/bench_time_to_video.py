@@ -103,6 +103,7 @@ def _child(args: argparse.Namespace) -> None:
             "engine": None if engine is None else vars(engine.stats).copy(),
             "cuda_peak_mib": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
         })
+    times["dynamo_imported"] = "torch._dynamo" in sys.modules  # by the jobs: only a trace needs it
     if engine_warmup == "aot":  # as the CLI does after its MP4; waited for, so the next child finds the package
         from ditto_core.render.aot_build import build_in_background
 
@@ -163,6 +164,18 @@ def _speech_variants(audio: Path, seconds: float, folder: Path) -> tuple[Path, P
     return paths[0], paths[1]
 
 
+def _profiled_child(args: argparse.Namespace) -> None:
+    """The child under cProfile, its pstats written before the child's exit (which skips the
+    interpreter's shutdown, and with it ``python -m cProfile``'s own dump)."""
+    import cProfile
+
+    profile = cProfile.Profile()
+    try:
+        profile.runcall(_child, args)
+    finally:
+        profile.dump_stats(str(args.profile_out))
+
+
 def _run_child(args: argparse.Namespace, cache_root: Path, jobs: list[Path], work: Path, tag: str) -> dict[str, Any]:
     env = dict(os.environ)
     env.update({
@@ -173,15 +186,14 @@ def _run_child(args: argparse.Namespace, cache_root: Path, jobs: list[Path], wor
     })
     out_dir = work / tag
     out_dir.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable]
-    if tag.endswith("profiled"):
-        command += ["-m", "cProfile", "-o", str(Path(args.profile_dir) / f"{tag}.pstats")]
-    command += ["-m", "bench.bench_time_to_video", "--child", "--models", str(args.models), "--image", str(args.image),
+    command = [sys.executable, "-m", "bench.bench_time_to_video", "--child", "--models", str(args.models), "--image", str(args.image),
                 "--device", args.device, "--precision", args.precision, "--preset", args.preset, "--crf", str(args.crf),
                 "--steps", str(args.steps), "--cache-root", str(cache_root), "--out-dir", str(out_dir),
                 "--warmup", args.warmup]
     if args.no_compile:
         command.append("--no-compile")
+    if tag.endswith("profiled"):
+        command += ["--profile-out", str(Path(args.profile_dir) / f"{tag}.pstats")]
     for job in jobs:
         command += ["--job", str(job)]
     spawned = time.time()
@@ -287,6 +299,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--max-seconds", type=float, default=None, help="trim every clip (CPU smoke runs)")
     parser.add_argument("--profile", action="store_true", help="after the timed runs, one more new-process child under cProfile (pstats into --profile-dir)")
     parser.add_argument("--profile-dir", type=Path, default=Path("bench/results"))
+    parser.add_argument("--profile-out", type=Path, help=argparse.SUPPRESS)  # child: its pstats file
     parser.add_argument("--child-timeout", type=float, default=400)
     parser.add_argument("--out", type=Path, default=None)
     # child-only
@@ -298,7 +311,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--spawned-at", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        _child(args)
+        _profiled_child(args) if args.profile_out else _child(args)
         from ditto_core.process_exit import exit_now
 
         exit_now(0)  # as the CLI ends: the process's exit is part of what its user waits for

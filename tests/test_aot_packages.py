@@ -267,6 +267,9 @@ def test_real_networks_package_matches_eager_on_cpu(tmp_path):
 def test_our_triton_operators_trace_into_an_exported_graph():
     pytest.importorskip("triton")
     from ditto_core.models import volume_sampling_triton
+    from ditto_core.models.triton_kernels import register_triton_operators
+
+    register_triton_operators()  # as every trace of ours does first
 
     class Warp(torch.nn.Module):
         def forward(self, volume, grid):

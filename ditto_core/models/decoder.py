@@ -72,6 +72,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import InputError
+from .meta_build import building_on_meta
 
 FEATURE_CHANNELS = 256
 """Channels of the warped feature map the decoder consumes (also its SPADE label map)."""
@@ -121,6 +122,8 @@ class SpectralNormConv2d(nn.Module):
         ``v`` step makes ``sigma = |weight_orig^T u|``: positive and close to the largest
         singular value, so even an unloaded module is a sensibly normalised conv.
         """
+        if building_on_meta():  # it takes a checkpoint's tensors: nothing to initialise (see meta_build)
+            return
         nn.init.kaiming_uniform_(self.weight_orig, a=5**0.5)
         if self.bias is not None:
             bound = self.weight_orig[0].numel() ** -0.5

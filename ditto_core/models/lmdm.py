@@ -41,6 +41,7 @@ from torch import Tensor, nn
 
 from ..errors import InputError
 from .keypoints import MOTION_DIM
+from .meta_build import building_on_meta
 
 WINDOW = 80
 """Frames per denoised window (the length the null condition embedding was trained for)."""
@@ -81,7 +82,9 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, dim: int = _LATENT, theta: float = 10000.0) -> None:
         super().__init__()
-        self.register_buffer("freqs", 1.0 / theta ** (torch.arange(0, dim, 2).float() / dim))
+        # A meta build takes the checkpoint's values (see meta_build).
+        freqs = torch.empty(dim // 2) if building_on_meta() else 1.0 / theta ** (torch.arange(0, dim, 2).float() / dim)
+        self.register_buffer("freqs", freqs)
 
     def tables(self, length: int) -> tuple[Tensor, Tensor]:
         """``(cos, sin)`` for positions ``0 .. length-1``, each (length, dim) in the buffer dtype.
@@ -339,7 +342,8 @@ class LMDM(nn.Module):
         )
         self.seqTransDecoder = DecoderStack([FiLMDecoderLayer(self.rotary) for _ in range(_DECODER_LAYERS)])
         self.final_layer = nn.Linear(d, MOTION_DIM)
-        self.register_buffer("alphas_cumprod", cosine_alphas_cumprod(), persistent=False)
+        schedule = torch.empty(DIFFUSION_STEPS) if building_on_meta() else cosine_alphas_cumprod()
+        self.register_buffer("alphas_cumprod", schedule, persistent=False)  # meta: init_non_persistent_buffers
 
     def init_non_persistent_buffers(self) -> None:
         """Recompute ``alphas_cumprod`` on the CPU (after a meta-device build: see checkpoints.build_network)."""

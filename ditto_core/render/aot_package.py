@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from ..aot_packages import PackageCache, PackageKey, architecture_digest, build_package, environment_key, \
     load_with_constants
 from ..models.keypoints import NUM_KP
+from ..models.triton_kernels import register_triton_operators
 
 PACKAGE_NAME = "warp_decode"
 _MODEL_CODE = Path(__file__).resolve().parents[1] / "models"
@@ -105,6 +106,7 @@ def load_step(cache: PackageCache, warp_network: nn.Module, decoder: nn.Module, 
     """The packaged step for ``volume`` at ``batch_size`` from ``cache``; built there first if
     missing and ``build``, else None. Raises :class:`~ditto_core.aot_packages.AotUnavailable`
     when a build fails."""
+    register_triton_operators()  # the export traces them (and loading imports Inductor anyway)
     step = _Step(warp_network, decoder)
     (device, dtype), = {(p.device, p.dtype) for p in warp_network.parameters()}
     key = package_key(warp_network, decoder, volume, batch_size, triton_kernels)

@@ -49,7 +49,7 @@ from ..compilation import announce_once, compile_available, compile_failures, re
 from ..errors import DittoError, InputError
 from ..gil_turns import short_gil_turns
 from ..models.keypoints import NUM_KP
-from ..models.triton_kernels import triton_kernels_supported, use_triton_kernels_
+from ..models.triton_kernels import register_triton_operators, triton_kernels_supported, use_triton_kernels_
 from ..motion.motion_sequence import MotionSequence
 from ..progress import ProgressCallback, report
 from ..user_cache import user_cache_dir
@@ -197,8 +197,18 @@ class WarpDecodeEngine(nn.Module):
         return warp_decode_step(self.warp_network, self.decoder, f_s, kp_source, kp_driving)
 
     def _compiled(self, warmup: str) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+        """The compiled step, made on its first call: ``torch.compile`` imports Dynamo (seconds
+        of a new process), which a clip rendered eagerly never needs."""
         mode = "reduce-overhead" if warmup == "foreground" else "default"
-        return torch.compile(self._forward, mode=mode, dynamic=False)
+        compiled: Optional[Callable[[Tensor, Tensor, Tensor], Tensor]] = None
+
+        def step(f_s: Tensor, kp_source: Tensor, kp_driving: Tensor) -> Tensor:
+            nonlocal compiled
+            if compiled is None:
+                register_triton_operators()
+                compiled = torch.compile(self._forward, mode=mode, dynamic=False)
+            return compiled(f_s, kp_source, kp_driving)
+        return step
 
     @property
     def _aot(self) -> bool:
