@@ -26,6 +26,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -212,18 +214,60 @@ class PackageCache:
         log.info("Ditto: built the AOT package %s in %.1f s", self.entry(key), time.perf_counter() - start)
 
 
-def build_package(module: nn.Module, args: tuple[Tensor, ...], path: Path) -> dict[str, object]:
+def build_package(module: nn.Module, args: tuple[Tensor, ...], path: Path, single_threaded: bool = False
+                  ) -> dict[str, object]:
     """Export ``module(*args)`` at these exact shapes and compile it into a package at ``path``
     (a ``.pt2``), without its weights (see :func:`load_with_constants`); returns the manifest's
-    record of the tensors Inductor baked in anyway."""
+    record of the tensors Inductor baked in anyway. The package is loaded once in a new process
+    (as ``single_threaded``, as later loads will be) before it is published: a package whose
+    loader crashes its process (seen on an H200 with torch 2.11) is refused here, in a child,
+    rather than taking down the process that next loads it."""
     with torch.inference_mode(False), torch.no_grad():
         args = tuple(a.clone() for a in args)  # an inference tensor (made in inference mode) cannot be traced
         program = torch.export.export(module, args, strict=False)
     torch._inductor.aoti_compile_and_package(
         program, package_path=str(path), inductor_configs={"aot_inductor.package_constants_in_so": False})
-    handed = set(torch._inductor.aoti_load_package(str(path)).get_constant_fqns())
+    handed = set(_constant_names_in_a_new_process(path, args[0].device, single_threaded))
     baked = sorted(name for name in _named_tensors(module) if name not in handed)
     return {"baked": baked, "baked_sha256": _values_digest(module, baked)}
+
+
+_LOAD_CHECK = """
+import json, sys
+import torch
+import torch._inductor
+loaded = torch._inductor.aoti_load_package(sys.argv[1], run_single_threaded=sys.argv[2] == "1",
+                                           device_index=int(sys.argv[3]))
+print(json.dumps(loaded.get_constant_fqns()))
+"""
+LOAD_CHECK_SECONDS = 180.0
+"""How long the new process may take to load a package (a 200 MB CUDA one, imports included)."""
+
+
+def _constant_names_in_a_new_process(path: Path, device: torch.device, single_threaded: bool) -> list[str]:
+    """The tensors the package at ``path`` wants handed in, read by loading it in a child."""
+    index = device.index if device.type == "cuda" and device.index is not None else -1
+    command = [sys.executable, "-c", _LOAD_CHECK, str(path), "1" if single_threaded else "0", str(index)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=LOAD_CHECK_SECONDS)
+    except subprocess.TimeoutExpired:
+        raise AotUnavailable(f"the package did not load in a new process within {LOAD_CHECK_SECONDS:.0f} s") from None
+    if done.returncode != 0:
+        how = f"status {done.returncode}" if done.returncode > 0 else f"signal {_signal_name(-done.returncode)}"
+        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise AotUnavailable(f"the package does not load in a new process (it ended with {how}: {tail[0]})")
+    try:
+        names = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise AotUnavailable(f"the package's load check printed no tensor names ({done.stdout[-200:]!r})") from None
+    return list(names)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
 
 
 def _named_tensors(module: nn.Module) -> dict[str, Tensor]:

@@ -26,6 +26,7 @@ from tests.parity import rel_l2
 from tests.test_warp_decode import fake_compile, make_motion, make_source, toy_networks, volumes  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
+AREA = "Compiled artifacts"
 VOLUME = (1, 32, 16, 4, 4)
 BATCH = 3
 
@@ -79,7 +80,7 @@ def test_engine_aot_mode_builds_once_then_loads_and_matches_eager(tmp_path, monk
     monkeypatch.setattr(warp_decode, "compile_available", lambda device: (True, ""))
     calls: list[Path] = []
     real_build = aot_package.build_package
-    monkeypatch.setattr(aot_package, "build_package", lambda *a: calls.append(a[2]) or real_build(*a))
+    monkeypatch.setattr(aot_package, "build_package", lambda *a, **k: calls.append(a[2]) or real_build(*a, **k))
     warp, decoder = toy_networks(0)
     f_s, kp_s, kp_d = volumes(1), keypoints(BATCH, 1), keypoints(BATCH, 2)
     for expect_build in (True, False):  # a new engine and cache object: a new process's view
@@ -140,6 +141,11 @@ def _corrupt(entry: Path, how: str) -> None:
         manifest.unlink()
 
 
+@pytest.mark.reliability(area=AREA, case="an AOT package truncated, altered, or with a stale, garbage or "
+                                         "missing manifest",
+                         behaviour="refused before loading (size and SHA-256 against its manifest, the key "
+                                   "in it), logged, deleted and rebuilt; a reader that may not build leaves "
+                                   "it alone")
 @pytest.mark.parametrize("how", ["truncated", "flipped byte", "stale manifest", "garbage manifest", "no manifest"])
 def test_invalid_entry_is_refused_deleted_and_rebuilt(built, tmp_path, how, caplog):
     cache, key, calls = PackageCache(tmp_path), toy_key(), []
@@ -158,6 +164,9 @@ def test_invalid_entry_is_refused_deleted_and_rebuilt(built, tmp_path, how, capl
     assert cache.problem(key) is None
 
 
+@pytest.mark.reliability(area=AREA, case="an AOT package that verifies but fails to load (e.g. built against"
+                                         " another libtorch)",
+                         behaviour="refused, deleted and rebuilt once; the rebuilt package is used")
 def test_package_that_verifies_but_does_not_load_is_rebuilt(built, tmp_path):
     cache, key, calls = PackageCache(tmp_path), toy_key(), []
     cache.load(key, lambda path, manifest: "ok", copy_builder(built, calls))
@@ -172,6 +181,8 @@ def test_package_that_verifies_but_does_not_load_is_rebuilt(built, tmp_path):
     assert cache.load(key, load, copy_builder(built, calls)) == "reloaded" and len(calls) == 2
 
 
+@pytest.mark.reliability(area=AREA, case="an AOT package build that fails half-way (no C++ compiler)",
+                         behaviour="AotUnavailable naming the cause; no entry and no temporary left")
 def test_build_failure_leaves_nothing_and_says_why(tmp_path):
     cache, key = PackageCache(tmp_path), toy_key()
 
@@ -184,8 +195,29 @@ def test_build_failure_leaves_nothing_and_says_why(tmp_path):
     assert cache.problem(key) == "absent" and [p.name for p in tmp_path.iterdir()] == [".locks"]
 
 
+@pytest.mark.parametrize("child, message", [
+    ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "signal SIGSEGV"),
+    ("import sys; sys.exit('no such package')", "status 1: no such package"),
+    ("import time; time.sleep(30)", "within 1 s"),
+    ("print('not json')", "printed no tensor names"),
+])
+@pytest.mark.reliability(area=AREA, case="an AOT package whose loader crashes, fails, hangs or prints "
+                                         "nothing in a new process (torch 2.11 on an H200 segfaulted there)",
+                         behaviour="found by a load check in a child process before the package is "
+                                   "published: refused with the signal or status, nothing published, the "
+                                   "engine goes on as when a build fails")
+def test_a_package_whose_loader_fails_in_a_new_process_is_refused(tmp_path, monkeypatch, child, message):
+    # The check runs in a child, so a loader that crashes its process takes only the child.
+    monkeypatch.setattr(aot_packages, "_LOAD_CHECK", child)
+    monkeypatch.setattr(aot_packages, "LOAD_CHECK_SECONDS", 1.0)
+    with pytest.raises(AotUnavailable, match=message):
+        aot_packages._constant_names_in_a_new_process(tmp_path / "package.pt2", torch.device("cpu"), False)
+
+
+@pytest.mark.reliability(area=AREA, case="the engine's AOT build fails",
+                         behaviour="the engine warns once, naming the cause, and renders through torch.compile")
 def test_engine_falls_back_to_torch_compile_when_the_build_fails(tmp_path, monkeypatch, fake_compile, caplog):  # noqa: F811
-    def fail(*args):
+    def fail(*args, **kwargs):
         raise RuntimeError("export failed")
 
     monkeypatch.setattr(aot_package, "build_package", fail)
@@ -226,6 +258,9 @@ _RACER = """
 """
 
 
+@pytest.mark.reliability(area=AREA, case="two processes building one AOT package key at once",
+                         behaviour="built once (a folder lock), both load the same complete package, one "
+                                   "entry")
 def test_two_processes_building_one_key_end_with_one_package(built, tmp_path):
     log = tmp_path / "builds.log"
     command = [sys.executable, "-c", textwrap.dedent(_RACER), str(tmp_path / "cache"), str(built), str(log)]

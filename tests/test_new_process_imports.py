@@ -63,7 +63,8 @@ _TRITON_MODULES = """
     register_triton_operators()
     direct_hops = sum(hop_launches)
     registered = volume_sampling_triton.warp_volume(volume, grid).float()
-    print(json.dumps({"after_import": imported, "after_launch": after_launch, "hop_launches": direct_hops, "launches": len(hop_launches),
+    print(json.dumps({"after_import": imported, "after_launch": after_launch, "hop_launches": direct_hops,
+                      "launches": len(hop_launches),
                       "ops": [hasattr(torch.ops.ditto, name) for name in
                               ("warp_volume", "hourglass_input", "slice_conv_nhwc")],
                       "direct_error": (direct - want).abs().max().item(),

@@ -113,7 +113,7 @@ def load_step(cache: PackageCache, warp_network: nn.Module, decoder: nn.Module, 
     graphed = device.type == "cuda"
 
     def make(path: Path) -> dict:
-        return build_package(step, example_inputs(volume, batch_size, device, dtype), path)
+        return build_package(step, example_inputs(volume, batch_size, device, dtype), path, single_threaded=graphed)
 
     def load(path: Path, manifest: dict) -> PackagedStep:
         return PackagedStep(load_with_constants(path, manifest, step, device, single_threaded=graphed), graphed)
