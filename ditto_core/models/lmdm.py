@@ -331,8 +331,9 @@ class LMDM(nn.Module):
         # One-element Sequentials: the checkpoint names these weights "<name>.0.*".
         self.to_time_cond = nn.Sequential(nn.Linear(4 * d, d))
         self.to_time_tokens = nn.Sequential(nn.Linear(4 * d, _TIME_TOKENS * d))
-        self.null_cond_embed = nn.Parameter(torch.randn(1, WINDOW, d))
-        self.null_cond_hidden = nn.Parameter(torch.randn(1, d))
+        draw = torch.empty if building_on_meta() else torch.randn  # a meta build takes the checkpoint's values
+        self.null_cond_embed = nn.Parameter(draw(1, WINDOW, d))
+        self.null_cond_hidden = nn.Parameter(draw(1, d))
         self.norm_cond = nn.LayerNorm(d)
         self.input_projection = nn.Linear(2 * MOTION_DIM, d)
         self.cond_encoder = nn.Sequential(*(ConditionEncoderLayer(self.rotary) for _ in range(_ENCODER_LAYERS)))

@@ -12,5 +12,5 @@ print({s: (d[s].get('process', {}).get('dynamo_imported'), d[s].get('engine')) f
 python3 -c "
 import pstats; s = pstats.Stats('$OUT/example_cli_profiled.pstats'); s.sort_stats('cumulative').print_stats(45)" 2>&1 | grep -E "^ +[0-9]" | cut -c1-200 | head -45
 echo "ttv s $SECONDS"; SECONDS=0
-timeout 300 python3 -m pytest -q -m gpu tests -p no:cacheprovider --deselect "tests/test_aot_packages.py::test_cuda_package_replays_its_graph_correctly_and_a_second_process_loads_it" > $OUT/gpu_suite.log 2>&1; echo "suite rc $?"; grep -E "passed|failed|Error" $OUT/gpu_suite.log | tail -8 | cut -c1-300
+timeout 250 python3 -m pytest -q -m gpu tests -p no:cacheprovider --deselect "tests/test_aot_packages.py::test_cuda_package_replays_its_graph_correctly_and_a_second_process_loads_it" > $OUT/gpu_suite.log 2>&1; echo "suite rc $?"; grep -E "passed|failed|Error" $OUT/gpu_suite.log | tail -8 | cut -c1-300
 echo "suite s $SECONDS"
