@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .triton_kernels import traceable, triton_operator
+from .triton_operators import traceable, triton_operator
 
 __all__ = ["CONFIGS", "best_tile", "pack_weight", "slice_conv_nhwc", "tile_config"]
 

@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .triton_kernels import traceable, triton_operator
+from .triton_operators import traceable, triton_operator
 
 __all__ = ["make_hourglass_input", "warp_volume"]
 
