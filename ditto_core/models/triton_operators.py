@@ -37,6 +37,8 @@ class TritonOperator:
     def __call__(self, *args: Any) -> Tensor:
         if self._op is not None:
             return self._op(*args)
+        if torch.compiler.is_compiling():  # a trace of code that did not register first: Dynamo records the launch
+            return self._fn(*args)
         with _direct_launches():
             return self._fn(*args)
 
