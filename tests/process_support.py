@@ -1,7 +1,8 @@
-"""Real processes for the file-safety tests: pids that have exited, temporaries they left, and
-children that hold their own temporaries while alive."""
+"""Real processes for the tests: pids that have exited, temporaries they left, children that
+hold their own temporaries while alive, and scripts run in a fresh interpreter that report JSON."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -17,6 +18,15 @@ def python_child(code: str, *args: str, **popen) -> subprocess.Popen:
     stdin and stdout piped, as text."""
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], cwd=REPO, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, **popen)
+
+
+def child_json(code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 600) -> dict:
+    """Run ``code`` (``sys.argv[1:]``: ``args``) in a new interpreter from the repository root and
+    return the JSON object its last line prints; a failing child fails the test with its stderr."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def dead_pid() -> int:

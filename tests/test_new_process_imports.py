@@ -6,15 +6,11 @@ long imported everything.
 """
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
-
 import torch
 
 from ditto_core.models import lmdm as lmdm_module
 
+from tests.process_support import child_json
 from tests.triton_interpreter import run_interpreted
 
 _LOAD_AND_BUILD = """
@@ -79,15 +75,8 @@ _TRITON_MODULES = """
 """
 
 
-def _run(script: str, *args: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script), *args], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def test_loading_official_networks_and_an_eager_render_import_no_dynamo(official_ckpt_dir):
-    seen = _run(_LOAD_AND_BUILD, str(official_ckpt_dir))
+    seen = child_json(_LOAD_AND_BUILD, str(official_ckpt_dir), timeout=300)
     assert seen["compiled"], "the engine was meant to be a compiling one"
     assert seen["after_load"] == [], f"loading the networks imported {seen['after_load']}"
     assert not seen["after_engine"], "building a compiling engine or an eager batch imported torch._dynamo"

@@ -51,15 +51,17 @@ class TritonOperator:
 _OPERATORS: list[TritonOperator] = []
 
 
+try:
+    from torch._library.triton import set_wrap_triton_enabled
+except ImportError:  # a torch without the switch launches through the wrapper: slower, same numbers
+    set_wrap_triton_enabled = None
+
+
 def _direct_launches() -> contextlib.AbstractContextManager:
     """Outside a trace, :func:`traceable` kernels launch as Triton's own, as inside a registered
     operator: the tracing wrapper's eager path dispatches every launch through a higher-order
     operator instead (slower, and seconds more for a new process)."""
-    try:
-        from torch._library.triton import set_wrap_triton_enabled
-    except ImportError:  # a torch without the switch launches through the wrapper: slower, same numbers
-        return contextlib.nullcontext()
-    return set_wrap_triton_enabled(False)
+    return contextlib.nullcontext() if set_wrap_triton_enabled is None else set_wrap_triton_enabled(False)
 
 
 def triton_operator(name: str) -> Callable[[Callable[..., Tensor]], TritonOperator]:
