@@ -29,7 +29,6 @@ import torch
 import torch.nn.functional as F
 
 from ditto_core.audio import HubertFeatureExtractor, load_audio, num_video_frames, to_mono_16k
-from ditto_core.audio.chunking import HUBERT_ROWS_PER_FRAME
 
 from .bench_common import emit, rel_l2, wall_times
 from .make_hubert_large import DEFAULT_OUT, make_hubert_large
@@ -70,8 +69,7 @@ def _onnxruntime_spot_features(reference: HubertFeatureExtractor,
     for k, start in enumerate(window.starts(num_frames)):
         if k % SPOT_CHECK_EVERY:
             continue
-        out = reference._window_rows(padded[start : start + window.num_samples].view(1, -1))[0]
-        rows.append(out.view(window.valid, HUBERT_ROWS_PER_FRAME, -1).mean(1))
+        rows.append(reference.encode_window(padded[start : start + window.num_samples]))
         frames += range(k * window.valid, (k + 1) * window.valid)
     keep = [i for i, f in enumerate(frames) if f < num_frames]
     return [frames[i] for i in keep], torch.cat(rows)[keep]

@@ -137,6 +137,10 @@ def test_failed_set_load_leaves_nothing_loaded(model_dir, monkeypatch, device):
 
     monkeypatch.setattr(ditto_models, "build_network", recording_build)
     if device == "cuda":
+        # cuBLAS keeps a workspace per handle and stream (32 MiB on Hopper) from the first
+        # product on: the process's, not the load's; made before the baseline so it is not counted.
+        torch.ones(8, 8, device="cuda") @ torch.ones(8, 8, device="cuda")
+        gc.collect()  # what earlier tests of this process left for the collector is not the load's either
         torch.cuda.synchronize()
         baseline = torch.cuda.memory_allocated()
     with pytest.raises(CheckpointError, match=bad.name):
@@ -145,4 +149,4 @@ def test_failed_set_load_leaves_nothing_loaded(model_dir, monkeypatch, device):
     assert len(built) == len(C.NETWORKS) - 1, "every file before the bad one should have been tried"
     assert [ref() for ref in built] == [None] * len(built), "networks of the failed load are still alive"
     if device == "cuda":
-        assert torch.cuda.memory_allocated() == baseline
+        assert torch.cuda.memory_allocated() <= baseline

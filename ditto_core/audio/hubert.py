@@ -144,15 +144,21 @@ class _TorchRunner:
 
     @torch.inference_mode()
     def __call__(self, windows: Tensor) -> Tensor:
-        if self.dtype == torch.float32:
-            return self._fp32(windows)
-        rows = self.model(windows).float()
+        rows = self.unchecked(windows)
         if self.dtype == torch.float16 and not bool(torch.isfinite(rows).all()):
-            logger.warning("HuBERT overflowed in fp16 on this speech; it runs in fp32 from now on "
-                           "(precision='fp32' avoids the retry).")
-            self.model.float()
+            self.overflowed()
             return self._fp32(windows)
         return rows
+
+    def unchecked(self, windows: Tensor) -> Tensor:
+        """The rows without the fp16 overflow check (a CUDA graph records this; its caller checks)."""
+        return self._fp32(windows) if self.dtype == torch.float32 else self.model(windows).float()
+
+    def overflowed(self) -> None:
+        """fp16 rows were not finite: compute in fp32 from now on."""
+        logger.warning("HuBERT overflowed in fp16 on this speech; it runs in fp32 from now on "
+                       "(precision='fp32' avoids the retry).")
+        self.model.float()
 
     def _fp32(self, windows: Tensor) -> Tensor:
         matmul, conv = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
@@ -374,7 +380,6 @@ class HubertFeatureExtractor:
         require_finite(audio, name, SAMPLE_RATE)
         warn_on_level(audio, name)
 
-    @torch.no_grad()
     def encode_window(self, samples: Tensor) -> Tensor:
         """Features of one streaming window, the unit of Ditto's online ``run_chunk``.
 
@@ -390,23 +395,72 @@ class HubertFeatureExtractor:
                 f"a streaming HuBERT window has {self.window.num_samples} samples, got shape "
                 f"{tuple(samples.shape)}"
             )
-        audio = samples.detach().to(self._compute_device, torch.float32).view(1, -1)
+        return self.encode_windows(samples.view(1, -1))[0]
+
+    @torch.no_grad()
+    def encode_windows(self, windows: Tensor) -> Tensor:
+        """Features of several streaming windows (of one stream or of many), batched.
+
+        Args:
+            windows: float ``(n, window.num_samples)``, any device.
+
+        Returns:
+            ``(n, window.valid, 1024)`` float32 on ``self.device``; row ``i`` is
+            :meth:`encode_window` of ``windows[i]`` (each window's features depend on it alone).
+        """
+        if windows.dim() != 2 or windows.shape[1] != self.window.num_samples:
+            raise InputError(
+                f"streaming HuBERT windows have shape (n, {self.window.num_samples}), got {tuple(windows.shape)}"
+            )
+        audio = windows.detach().to(self._compute_device, torch.float32)
+        valid, n = self.window.valid, windows.shape[0]
         if self._stream is None:
-            return self._valid_features(audio).to(self.device)
+            return self._batched_features(audio).view(n, valid, HUBERT_DIM).to(self.device)
         caller = torch.cuda.current_stream(self.device)
         self._stream.wait_stream(caller)
         audio.record_stream(self._stream)
         with torch.cuda.stream(self._stream):
             # A new tensor: the runner's row buffer is overwritten by the next window.
-            features = self._valid_features(audio)
+            features = self._batched_features(audio)
         caller.wait_stream(self._stream)
         features.record_stream(caller)
+        return features.view(n, valid, HUBERT_DIM)
+
+    def _batched_features(self, windows: Tensor) -> Tensor:
+        """``(n, num_samples)`` -> ``(n * valid, 1024)`` in forwards of at most ``max_batch_windows``."""
+        step, valid = self.max_batch_windows, self.window.valid
+        features = torch.empty(windows.shape[0] * valid, HUBERT_DIM, device=windows.device)
+        for first in range(0, windows.shape[0], step):
+            self._valid_features(windows[first : first + step], out=features[first * valid : (first + step) * valid])
         return features
 
     def _valid_features(self, windows: Tensor, out: Optional[Tensor] = None) -> Tensor:
-        """``(n, num_samples)`` on the compute device -> ``(n * valid, 1024)``: row pairs averaged (50 -> 25 Hz)."""
-        rows = self._window_rows(windows)
-        pairs = rows.reshape(windows.shape[0] * self.window.valid, HUBERT_ROWS_PER_FRAME, HUBERT_DIM)
+        """``(n, num_samples)`` on the compute device -> ``(n * valid, 1024)``."""
+        return self.features_of_rows(self._runner(windows), windows.shape[0], out=out)
+
+    def unchecked_features(self, windows: Tensor) -> Tensor:
+        """:meth:`encode_windows` of ``(n, num_samples)`` windows on the PyTorch backend's device,
+        as ``(n * valid, 1024)``, without the fp16 overflow check (a CUDA graph records this and
+        checks the result itself: :meth:`overflowed` is its answer to rows that are not finite)."""
+        return self.features_of_rows(self._runner.unchecked(windows), windows.shape[0])
+
+    def overflowed(self) -> None:
+        """fp16 rows were not finite: the PyTorch backend computes in fp32 from now on."""
+        self._runner.overflowed()
+
+    def features_of_rows(self, rows: Tensor, n: int, out: Optional[Tensor] = None) -> Tensor:
+        """HuBERT's output for ``n`` windows, ``(n, rows, 1024)`` -> the valid frames' features
+        ``(n * valid, 1024)``: row pairs averaged (50 -> 25 Hz). Refuses rows that are not Ditto's model's."""
+        needed = HUBERT_ROWS_PER_FRAME * (self.window.valid + self.window.future)
+        batch_ok = rows.dim() == 3 and rows.shape[0] == n
+        if not batch_ok or rows.shape[2] != HUBERT_DIM or rows.shape[1] < needed:
+            shape = tuple(rows.shape[1:]) if rows.dim() == 3 else tuple(rows.shape)
+            raise CheckpointError(
+                f"the HuBERT model returned rows of shape {shape} for a window of "
+                f"{self.window.num_samples} samples; Ditto's model gives (20, {HUBERT_DIM}). {_DOWNLOAD_HINT}."
+            )
+        kept = rows[:, self.window.kept_rows(rows.shape[1])]
+        pairs = kept.reshape(n * self.window.valid, HUBERT_ROWS_PER_FRAME, HUBERT_DIM)
         return torch.mean(pairs, dim=1, out=out)
 
     def _encode(self, audio: Tensor, progress: Optional[ProgressCallback]) -> Tensor:
@@ -426,16 +480,3 @@ class HubertFeatureExtractor:
             self._valid_features(windows, out=features[first * window.valid : (first + len(group)) * window.valid])
             report(progress, first + len(group), len(starts))
         return features[:num_frames]
-
-    def _window_rows(self, windows: Tensor) -> Tensor:
-        """HuBERT rows of the valid frames of each window: ``(n, 2 * valid, 1024)``."""
-        rows = self._runner(windows)
-        needed = HUBERT_ROWS_PER_FRAME * (self.window.valid + self.window.future)
-        batch_ok = rows.dim() == 3 and rows.shape[0] == windows.shape[0]
-        if not batch_ok or rows.shape[2] != HUBERT_DIM or rows.shape[1] < needed:
-            shape = tuple(rows.shape[1:]) if rows.dim() == 3 else tuple(rows.shape)
-            raise CheckpointError(
-                f"the HuBERT model returned rows of shape {shape} for a window of "
-                f"{windows.shape[1]} samples; Ditto's model gives (20, {HUBERT_DIM}). {_DOWNLOAD_HINT}."
-            )
-        return rows[:, self.window.kept_rows(rows.shape[1])]

@@ -24,6 +24,7 @@ import logging
 import threading
 import time
 from collections import deque
+from contextlib import nullcontext
 from fractions import Fraction
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from torch import Tensor
 from ..audio.audio_features import FPS, SAMPLE_RATE, AudioFeatures, SAMPLES_PER_FRAME
 from ..audio.chunking import num_video_frames
 from ..audio.hubert import HubertFeatureExtractor
+from ..audio.window_graphs import LiveWindowEncoder
 from ..errors import DittoError, InputError
 from ..models.keypoints import MOTION_DIM
 from ..models.lmdm import WINDOW
@@ -203,14 +205,16 @@ class LiveRuntime:
         self._samplers: dict[tuple, DDIMSampler] = {}
         if sampler_factory is not None:
             self.sampler = sampler_factory
+        self.hubert_windows = LiveWindowEncoder(self.hubert)
         with torch.inference_mode():
             silent = torch.zeros(self.hubert.window.num_samples)
             self._silence_window = self.hubert.encode_window(silent)  # (5, 1024): every all-zero window's
+        self._motion_stream, self._render_stream = self._worker_streams()
         self._encoders = ThreadPoolExecutor(encoder_threads, thread_name_prefix="ditto-live-encode")
         self._streams: dict[int, StreamState] = {}
         self._next_id = 1
         self._wake = threading.Condition()
-        self._render_queue: deque[list[RenderJob]] = deque()
+        self._render_queue: deque = deque()  # (jobs, motion-stream event) or a callable
         self._render_ready = threading.Condition()
         self._stopping = False
         self._error: Optional[BaseException] = None
@@ -220,6 +224,16 @@ class LiveRuntime:
         ]
         for thread in self._threads:
             thread.start()
+
+    def _worker_streams(self) -> tuple[Optional[torch.cuda.Stream], Optional[torch.cuda.Stream]]:
+        """(motion, render) CUDA streams of the two worker threads; None off CUDA.
+
+        Each thread has a stream of its own: the motion thread's windows (high priority) do not
+        queue behind a round being rendered, and each thread waits only for its own work.
+        """
+        if self.device.type != "cuda":
+            return None, None
+        return torch.cuda.Stream(self.device, priority=-1), torch.cuda.Stream(self.device)
 
     # -- streams ------------------------------------------------------------------------------
 
@@ -266,7 +280,13 @@ class LiveRuntime:
                 )
             stream_id = self._next_id
             self._next_id += 1
-            with torch.inference_mode():
+            # The stream's own tensors are made on the motion stream, which uses and frees them;
+            # the avatar's are read by both workers, whichever thread lets go of them last.
+            workers = [w for w in (self._motion_stream, self._render_stream) if w is not None]
+            caller = torch.cuda.current_stream(self.device) if workers else None
+            with _on_stream(self._motion_stream), torch.inference_mode():
+                if caller is not None:
+                    self._motion_stream.wait_stream(caller)  # the avatar may have been made there
                 source = source.to(self.device)
                 generator = torch.Generator(self.device).manual_seed(options.seed)
                 sampler = self.sampler(options)
@@ -280,6 +300,11 @@ class LiveRuntime:
                     self.silence_features(config.overlap), build_kp_condition(source), build_cond,
                     overlap=config.overlap, smoothing=options.smo_k_d, fix_kp_cond=options.fix_kp_cond,
                 )
+            for worker in workers:
+                for tensor in source.tensors():
+                    tensor.record_stream(worker)
+            if workers:  # the render thread reads the avatar (and its upload) too
+                self._render_stream.wait_stream(self._motion_stream)
             state = StreamState(
                 id=stream_id, source=source, options=options, config=config, sampler=sampler,
                 audio=OnlineAudio(self.hubert.window), motion=motion, generator=generator, noise=noise,
@@ -382,7 +407,7 @@ class LiveRuntime:
 
     def _motion_loop(self) -> None:
         try:
-            with torch.inference_mode():
+            with _on_stream(self._motion_stream), torch.inference_mode():
                 while True:
                     with self._wake:
                         if self._stopping:
@@ -407,8 +432,8 @@ class LiveRuntime:
         for state in streams:
             state.deliver(DittoError(f"the live runtime failed: {type(error).__name__}: {error}"))
 
-    def _take_input(self, state: StreamState, now: float) -> None:
-        """Move pushed speech into the stream's schedule; HuBERT every complete window."""
+    def _take_input(self, state: StreamState, now: float) -> list[Tensor]:
+        """Move pushed speech into the stream's schedule; returns the complete windows for HuBERT."""
         with state.lock:
             pending, state.pending, state.pending_samples = state.pending, [], 0
             end, clear = state.end_requested, state.clear_requested
@@ -438,12 +463,19 @@ class LiveRuntime:
             state.push_times.append((state.audio.received, now))
             state.next_silence = now + state.audio.hop / SAMPLE_RATE
             state.silence_windows += 1
+        windows = []
         for _ in range(_HUBERT_WINDOWS_PER_ROUND):
             if not state.audio.has_window():
                 break
             needed = state.audio.windows_done * state.audio.hop + state.audio.window.num_samples - state.audio.lead_in
             state.window_times.append(self._arrival(state, needed, now))
-            state.motion.push(self.hubert.encode_window(state.audio.next_window()))
+            windows.append(state.audio.next_window())
+        return windows
+
+    def _take_features(self, state: StreamState, features) -> None:
+        """Hand a stream its windows' HuBERT features ``(k, valid, 1024)``, in order; end its motion after the last."""
+        for window in features:
+            state.motion.push(window)
         if state.audio.ended and not state.audio.has_window() and not state.motion.ended:
             state.motion.end()
 
@@ -458,9 +490,20 @@ class LiveRuntime:
         now = time.monotonic()
         windows: list[tuple[StreamState, MotionWindow]] = []
         jobs: list[RenderJob] = []
+        speech: list[tuple[StreamState, list[Tensor]]] = []
         for state in streams:
             try:
-                self._take_input(state, now)
+                speech.append((state, self._take_input(state, now)))
+            except DittoError as error:
+                self._fail(state, error)
+        # Every stream's new HuBERT windows in one batch (one graph replay on CUDA).
+        batch = [w for _, ws in speech for w in ws]
+        features = self.hubert_windows.encode(torch.stack(batch)) if batch else None
+        first = 0
+        for state, ws in speech:
+            mine, first = (features[first : first + len(ws)] if ws else ()), first + len(ws)
+            try:
+                self._take_features(state, mine)
                 if state.stalled_since is not None or state.finished:
                     continue
                 window = state.motion.next_window()
@@ -529,8 +572,11 @@ class LiveRuntime:
                 if size >= self.max_streams:
                     break
                 size = lmdm_batch(size + 1)
-        if hasattr(self.renderer, "warm_up"):
+            self.hubert_windows.warm_up(_HUBERT_WINDOWS_PER_ROUND * self.max_streams)
             device_source = source.to(self.device)
+        # The worker threads' streams use what was recorded and uploaded here on this one.
+        torch.cuda.synchronize(self.device)
+        if hasattr(self.renderer, "warm_up"):
             self._on_render_thread(lambda: self.renderer.warm_up(device_source))
 
     def _release(self, state: StreamState, window: MotionWindow, pred: Tensor, now: float) -> Optional[RenderJob]:
@@ -557,6 +603,15 @@ class LiveRuntime:
     # -- render thread ------------------------------------------------------------------------
 
     def _queue_render(self, jobs: list[RenderJob]) -> None:
+        made = None
+        if self._render_stream is not None:
+            for job in jobs:
+                if job.motion is not None:  # freed by the render thread: not reused before it is done
+                    for tensor in (job.motion.kp_source, job.motion.kp_driving, job.motion.source_index):
+                        tensor.record_stream(self._render_stream)
+            made = torch.cuda.Event()
+            made.record(self._motion_stream)
+        jobs = (jobs, made)
         with self._render_ready:
             # Two rounds in flight at most: the motion thread waits rather than run ahead of the device.
             while len(self._render_queue) >= 2 and not self._stopping:
@@ -567,7 +622,7 @@ class LiveRuntime:
     def _render_loop(self) -> None:
         try:
             _cudagraph_thread_state()
-            with torch.inference_mode():
+            with _on_stream(self._render_stream), torch.inference_mode():
                 while True:
                     with self._render_ready:
                         while not self._render_queue and not self._stopping:
@@ -579,6 +634,9 @@ class LiveRuntime:
                     if callable(jobs):  # work that must run on this thread (warm_up)
                         jobs()
                     else:
+                        jobs, made = jobs
+                        if made is not None:
+                            torch.cuda.current_stream(self.device).wait_event(made)
                         self._render_round(jobs)
         except BaseException as error:
             self._fail_all(error)
@@ -639,6 +697,11 @@ class LiveRuntime:
         else:
             future = self._encoders.submit(_encode_jpeg, frame, image, state.config.quality)
         state.deliver((job.epoch, future))
+
+
+def _on_stream(stream: Optional[torch.cuda.Stream]):
+    """``torch.cuda.stream(stream)``, or nothing off CUDA."""
+    return nullcontext() if stream is None else torch.cuda.stream(stream)
 
 
 def _cudagraph_thread_state() -> None:

@@ -25,13 +25,14 @@ import logging
 import math
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Callable, Iterator, Optional, Protocol
+from typing import Any, Iterator, Optional, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..compilation import announce_once, compile_available, compile_failures
+from ..cuda_graphs import CapturedCall
 from ..errors import InputError
 from ..models.keypoints import MOTION_DIM
 from ..models.lmdm import DIFFUSION_STEPS, LMDM, WINDOW, RotaryAttention, cosine_alphas_cumprod
@@ -89,39 +90,6 @@ class WindowSampler(Protocol):
     def sample(self, kp_cond: Tensor, aud_cond: Tensor, x_T: Tensor, noise: Tensor) -> Tensor: ...
 
 
-class _CapturedWindow:
-    """One CUDA graph of a whole window at fixed shapes, with its static input/output buffers."""
-
-    def __init__(self, inputs: tuple[Tensor, ...]) -> None:
-        self.inputs = tuple(t.clone() for t in inputs)
-        self.graph = torch.cuda.CUDAGraph()
-        self.output: Optional[Tensor] = None
-
-    def capture(self, run: Callable[..., Tensor]) -> Tensor:
-        """Warm up, record ``run`` over the static inputs, and return the warm-up's result.
-
-        The warm-up runs on a side stream so that lazy library initialisation (cuBLAS
-        handles, attention kernels) is not recorded; its result is a correct eager answer.
-        """
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            result = run(*self.inputs)
-        torch.cuda.current_stream().wait_stream(side)
-        result.record_stream(torch.cuda.current_stream())  # made on the side stream, used on this one
-        # Thread-local capture: another thread (the warp+decode engine's background compile, a
-        # live runtime's renderer) may use the device meanwhile; its work stays out of this recording.
-        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
-            self.output = run(*self.inputs)
-        return result
-
-    def replay(self, inputs: tuple[Tensor, ...]) -> Tensor:
-        for static, value in zip(self.inputs, inputs):
-            static.copy_(value)
-        self.graph.replay()
-        return self.output.clone()  # the next replay overwrites the static output
-
-
 class DDIMSampler:
     """DDIM (eta = 1) with guidance weight 2 over one 80-frame LMDM window.
 
@@ -174,7 +142,8 @@ class DDIMSampler:
         self.c: tuple[float, ...] = tuple((1 - a_next - sigma**2).clamp_min(0).sqrt().tolist())
         self.sigma: tuple[float, ...] = tuple(sigma.tolist())
         self.timesteps = t.to(device)  # (steps,) int64: the model's t at each step
-        self._graphs: dict[tuple, _CapturedWindow] = {}
+        self._graphs: dict[tuple, CapturedCall] = {}
+        self._capture_stream: Optional[torch.cuda.Stream] = None
 
     def noise_shape(self, batch: int) -> tuple[int, int, int, int]:
         """Shape of the per-step noise :meth:`sample` expects: (steps - 1, batch, 80, 265)."""
@@ -203,11 +172,13 @@ class DDIMSampler:
         key = (tuple(aud_cond.shape), x_T.device)
         captured = self._graphs.get(key)
         if captured is None:
-            captured = _CapturedWindow(inputs)
-            result = captured.capture(self._run)
+            if self._capture_stream is None:  # this sampler's graphs: one cuBLAS workspace of their own
+                self._capture_stream = torch.cuda.Stream(x_T.device)
+            captured = CapturedCall(self._run, inputs, self._capture_stream)
+            result = captured.capture()
             self._graphs[key] = captured
             return result
-        return captured.replay(inputs)
+        return captured.replay(inputs).clone()  # the next replay overwrites the graph's output
 
     def next_x(self, i: int, x_start: Tensor, pred_noise: Tensor, noise: Tensor) -> Tensor:
         """The DDIM update after step ``i`` (not the last): ``x_start·√ᾱ' + c·ε + σ·noise``."""

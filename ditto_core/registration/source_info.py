@@ -45,6 +45,11 @@ class SourceInfo:
         """
         return self.sc if self.sc is not None else self.motion.kp[:1]
 
+    def tensors(self) -> list[Tensor]:
+        """Every tensor the avatar holds."""
+        held = [self.frames, self.M_c2o, self.f_s, self.eye_open, self.eye_ball, *self.motion.as_dict().values()]
+        return held if self.sc is None else [*held, self.sc]
+
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "SourceInfo":
         move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
         return replace(

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from ..aot_packages import PackageCache, PackageKey, architecture_digest, build_package, environment_key, \
     load_with_constants
+from ..cuda_graphs import CapturedCall
 from ..models.keypoints import NUM_KP
 from ..models.triton_kernels import register_triton_operators
 
@@ -65,33 +66,15 @@ class PackagedStep:
 
     def __init__(self, run: Callable[..., Tensor], graphed: bool) -> None:
         self._run, self.graphed = run, graphed
-        self._graph: Optional[torch.cuda.CUDAGraph] = None
-        self._inputs: tuple[Tensor, ...] = ()
-        self._output: Optional[Tensor] = None
+        self._graph: Optional[CapturedCall] = None
 
     def __call__(self, f_s: Tensor, kp_source: Tensor, kp_driving: Tensor) -> Tensor:
         if not self.graphed:
             return self._run(f_s, kp_source, kp_driving)
         if self._graph is None:
-            self._capture((f_s, kp_source, kp_driving))
-        for static, given in zip(self._inputs, (f_s, kp_source, kp_driving)):
-            static.copy_(given)
-        self._graph.replay()
-        return self._output
-
-    def _capture(self, args: tuple[Tensor, ...]) -> None:
-        self._inputs = tuple(a.clone() for a in args)
-        # One run outside the capture first: cuDNN and cuBLAS pick and create what they need
-        # lazily (handles, workspaces), which a capture cannot record.
-        side = torch.cuda.Stream(args[0].device)
-        side.wait_stream(torch.cuda.current_stream(args[0].device))
-        with torch.cuda.stream(side):
-            self._run(*self._inputs)
-        torch.cuda.current_stream(args[0].device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self._output = self._run(*self._inputs)
-        self._graph = graph
+            self._graph = CapturedCall(self._run, (f_s, kp_source, kp_driving), torch.cuda.Stream(f_s.device))
+            return self._graph.capture()
+        return self._graph.replay((f_s, kp_source, kp_driving))
 
 
 def example_inputs(volume: tuple[int, ...], batch_size: int, device: torch.device, dtype: torch.dtype

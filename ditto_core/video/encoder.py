@@ -547,9 +547,10 @@ def read_segment(path: PathLike) -> Segment:
             first, settings = _segment_tag(path, container)
             stream = container.streams.video[0]
             packets = [packet for packet in container.demux(stream) if packet.size]
+            # Read while the file is open: PyAV 19 refuses a closed container's stream fields.
+            delay = max(0, -int(packets[0].dts * stream.time_base * settings.fps)) if packets else 0
     except (av.FFmpegError, OSError) as error:
         raise InputError(f"cannot read the segment file {path}: {error}") from error
-    delay = max(0, -int(packets[0].dts * stream.time_base * settings.fps)) if packets else 0
     return Segment(path, first, len(packets), settings, delay)
 
 

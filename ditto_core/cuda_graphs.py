@@ -1,0 +1,69 @@
+"""A function recorded once as a CUDA graph at fixed input shapes, then replayed with new inputs.
+
+Replaying a graph launches a whole recorded function (a window of LMDM sampling, a HuBERT
+forward, a packaged warp+decode step) for the cost of one launch, where eagerly each of its
+hundreds of kernels costs a Python-side launch. The recorded function reads its inputs from
+static buffers and writes its outputs into memory the graph owns: :meth:`CapturedCall.replay`
+copies new inputs in and returns those outputs, which the next replay overwrites.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+from torch import Tensor
+
+
+def _tensors(value: Any) -> list[Tensor]:
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors(item)]
+    return []
+
+
+class CapturedCall:
+    """``run`` recorded over static copies of ``inputs`` (CUDA tensors of the shapes every replay uses).
+
+    Call :meth:`capture` once, then :meth:`replay`. ``stream`` is the owner's capture stream:
+    the warm-up and the recording run on it. cuBLAS gives every (thread, stream) pair a
+    workspace, and a graph keeps using the one it was recorded with, so graphs recorded on one
+    stream share a workspace: right for the graphs of one owner (replayed one after another),
+    wrong for two owners whose graphs run at once on two streams (a live stream's HuBERT and
+    LMDM windows), which would overwrite each other's. One capture stream per owner keeps them
+    apart. The capture is thread-local: another thread using the device meanwhile (an engine's
+    background compile, a live runtime's other worker) stays out of the recording.
+    """
+
+    def __init__(self, run: Callable[..., Any], inputs: tuple[Tensor, ...], stream: torch.cuda.Stream) -> None:
+        self.inputs = tuple(t.clone() for t in inputs)
+        self.graph = torch.cuda.CUDAGraph()
+        self.outputs: Optional[Any] = None
+        self._run = run
+        self._stream = stream
+
+    def capture(self) -> Any:
+        """Warm up, record, and return the warm-up's result (a correct eager answer).
+
+        The warm-up runs on the capture stream outside the recording, so that what libraries
+        set up lazily on first use (cuBLAS handles and workspaces, attention kernels) exists
+        before it and is not recorded.
+        """
+        caller = torch.cuda.current_stream(self.inputs[0].device)
+        self._stream.wait_stream(caller)
+        with torch.cuda.stream(self._stream):
+            result = self._run(*self.inputs)
+        caller.wait_stream(self._stream)
+        for tensor in _tensors(result):
+            tensor.record_stream(caller)  # made on the capture stream, used on the caller's
+        with torch.cuda.graph(self.graph, stream=self._stream, capture_error_mode="thread_local"):
+            self.outputs = self._run(*self.inputs)
+        return result
+
+    def replay(self, inputs: Optional[tuple[Tensor, ...]] = None) -> Any:
+        """Copy ``inputs`` (same shapes as at capture; None: the static buffers as they are) and replay."""
+        if inputs is not None:
+            for static, value in zip(self.inputs, inputs):
+                static.copy_(value)
+        self.graph.replay()
+        return self.outputs
