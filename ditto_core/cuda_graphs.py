@@ -26,7 +26,7 @@ class CapturedCall:
     """``run`` recorded over static copies of ``inputs`` (CUDA tensors of the shapes every replay uses).
 
     Call :meth:`capture` once, then :meth:`replay`. ``stream`` is the owner's capture stream:
-    the warm-up and the recording run on it. cuBLAS gives every (thread, stream) pair a
+    the recordings run on it (and nothing else should). cuBLAS gives every (thread, stream) pair a
     workspace, and a graph keeps using the one it was recorded with, so graphs recorded on one
     stream share a workspace: right for the graphs of one owner (replayed one after another),
     wrong for two owners whose graphs run at once on two streams (a live stream's HuBERT and
@@ -45,17 +45,22 @@ class CapturedCall:
     def capture(self) -> Any:
         """Warm up, record, and return the warm-up's result (a correct eager answer).
 
-        The warm-up runs on the capture stream outside the recording, so that what libraries
-        set up lazily on first use (cuBLAS handles and workspaces, attention kernels) exists
-        before it and is not recorded.
+        The warm-up runs outside the recording, so that what libraries set up lazily on first
+        use (cuBLAS handles, attention kernels) exists before it and is not recorded. It runs
+        on a side stream, never on the capture stream: cuBLAS would make the capture stream's
+        workspace there, in the ordinary memory pool, and the graph would keep writing to it
+        after a later recording clears the workspaces and the pool hands that memory out again
+        (an illegal address on the H200). Made inside the first recording instead, the
+        workspace lives in the graph's own pool for as long as the graph.
         """
-        caller = torch.cuda.current_stream(self.inputs[0].device)
-        self._stream.wait_stream(caller)
-        with torch.cuda.stream(self._stream):
+        device = self.inputs[0].device
+        caller, side = torch.cuda.current_stream(device), torch.cuda.Stream(device)
+        side.wait_stream(caller)
+        with torch.cuda.stream(side):
             result = self._run(*self.inputs)
-        caller.wait_stream(self._stream)
+        caller.wait_stream(side)
         for tensor in _tensors(result):
-            tensor.record_stream(caller)  # made on the capture stream, used on the caller's
+            tensor.record_stream(caller)  # made on the side stream, used on the caller's
         with torch.cuda.graph(self.graph, stream=self._stream, capture_error_mode="thread_local"):
             self.outputs = self._run(*self.inputs)
         return result

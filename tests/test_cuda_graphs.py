@@ -54,3 +54,23 @@ def test_graphs_of_two_owners_replayed_at_once_from_two_threads_stay_exact():
         assert len(outputs[k]) == REPLAYS
         differing = sum(not torch.equal(out, alone[k]) for out in outputs[k])
         assert differing == 0, f"owner {k}: {differing} of {REPLAYS} concurrent replays differ from its replay alone"
+
+
+def test_a_graph_stays_exact_after_later_recordings_and_a_full_allocator():
+    """The capture stream's cuBLAS workspace is made inside the first recording (the graph's own
+    pool): had the warm-up made it in the ordinary pool, a later recording would clear it and the
+    memory handed out below would be where the first graph keeps writing (session 14's fault)."""
+    g = torch.Generator(device="cuda").manual_seed(1)
+    weight = torch.randn(4096, 4096, device="cuda", dtype=torch.half, generator=g) / 64
+    x = torch.randn(16, 4096, device="cuda", dtype=torch.half, generator=g)
+    first = CapturedCall(_chain(weight), (x,), torch.cuda.Stream())
+    first.capture()
+    expected = first.replay((x,)).clone()
+    for size in (1, 2, 4):  # other owners record after it, each on a stream of its own
+        CapturedCall(_chain(weight), (x[:size],), torch.cuda.Stream()).capture()
+    torch.cuda.empty_cache()
+    filler = [torch.full((8 << 20,), 7.0, device="cuda") for _ in range(32)]  # reuses whatever was freed
+    got = first.replay((x,)).clone()
+    torch.cuda.synchronize()
+    assert all(bool((f == 7.0).all()) for f in filler), "a replay wrote into memory the allocator handed out"
+    assert torch.equal(got, expected)
