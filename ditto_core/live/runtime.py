@@ -498,10 +498,9 @@ class LiveRuntime:
                 self._fail(state, error)
         # Every stream's new HuBERT windows in one batch (one graph replay on CUDA).
         batch = [w for _, ws in speech for w in ws]
-        features = self.hubert_windows.encode(torch.stack(batch)) if batch else None
-        first = 0
-        for state, ws in speech:
-            mine, first = (features[first : first + len(ws)] if ws else ()), first + len(ws)
+        sizes = [len(ws) for _, ws in speech]
+        features = self.hubert_windows.encode(torch.stack(batch)).split(sizes) if batch else [()] * len(speech)
+        for (state, _), mine in zip(speech, features):
             try:
                 self._take_features(state, mine)
                 if state.stalled_since is not None or state.finished:
