@@ -20,11 +20,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import re
 import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import av
 import numpy as np
@@ -67,9 +68,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="CPU smoke run: tiny frames, eager, two presets")
     parser.add_argument("--presets", nargs="+", choices=X264_PRESETS,
                         default=["ultrafast", "superfast", "veryfast", "faster", "fast", "medium"])
-    parser.add_argument("--layouts", nargs="+", type=parse_layout, default=[(1, None), (2, None), (3, None)],
-                        help="x264 instances x frame threads each, side by side: E or ExT (e.g. 1 2x7 3x5; "
-                             "without T: the writer's default threads)")
+    parser.add_argument("--layouts", nargs="+", type=parse_layout, default=[Layout(1), Layout(2), Layout(3)],
+                        help="writer configurations side by side, E[xT][nN][qQ]: E x264 instances of T frame threads "
+                             "each, their threads N nice levels below the render thread, a host pool of Q frames; "
+                             "what is left out takes the writer's default (e.g. 1 2x7 1n0 1x16n10q128)")
     parser.add_argument("--frames", type=int, default=250, help="frames per MP4 (250: 10 s)")
     parser.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp16")
     parser.add_argument("--crf", type=int, default=18)
@@ -160,7 +162,7 @@ def main() -> None:
             "config": {"device": str(device), "frames": frames, "size": [settings.height, settings.width],
                        "precision": args.precision, "batch": batch, "compiled": settings.compile,
                        "compile_ready_s": ready_s, "crf": args.crf,
-                       "layouts": [layout_name(layout) for layout in args.layouts],
+                       "layouts": [layout.name for layout in args.layouts],
                        "source_frame": origin, "cpu_count": os.cpu_count(), "usable_cores": usable_cores(),
                        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
             "gpu_fps": gpu_fps["render_and_putback"],
@@ -170,22 +172,22 @@ def main() -> None:
         for preset, interval in itertools.product(args.presets, args.gil_intervals):
             gil_turns.SHORT_INTERVAL = interval
             entry = {"gil_interval_s": interval, "encode_only_fps": encode_only(preset, host_yuv)}
-            for encoders, threads in args.layouts:
+            for layout in args.layouts:
                 runs = []
-                name = layout_name((encoders, threads))
+                name = layout.name
                 path = workdir / f"{preset}_{name}.mp4"
                 for _ in range(1 if args.quick else REPEATS):
                     start = time.perf_counter()
                     with VideoWriter(path, width=settings.width, height=settings.height, fps=FPS, crf=args.crf,
-                                     preset=preset, encoders=encoders, threads=threads,
-                                     audio=(wave, AUDIO_RATE),
+                                     preset=preset, encoders=layout.encoders, threads=layout.threads,
+                                     nice=layout.nice, queue_frames=layout.queue, audio=(wave, AUDIO_RATE),
                                      expected_frames=frames) as writer:
                         for out in frames_of_clip():
                             writer.write(out)
                     runs.append(frames / (time.perf_counter() - start))
-                alone = encode_only(preset, host_yuv, threads) if encoders == 1 and threads else None
+                alone = encode_only(preset, host_yuv, layout.threads) if layout.encoders == 1 and layout.threads else None
                 entry.setdefault("layouts", {})[name] = {
-                    "encoders": encoders, "threads": threads, "delivered_fps": statistics.median(runs), "runs": runs,
+                    **layout._asdict(), "delivered_fps": statistics.median(runs), "runs": runs,
                     "encode_only_fps": alone,
                               "bytes": path.stat().st_size, **check_mp4(path, frames)}
             entry["goal"], entry["met"] = goal(preset, entry, results["gpu_fps"])
@@ -196,20 +198,28 @@ def main() -> None:
     emit(results, args.out, quiet=args.out is not None)
 
 
-def parse_layout(text: str) -> tuple[int, Optional[int]]:
-    """"3" -> (3, None); "3x5" -> (3, 5): encoders, and frame threads each (None: the writer's default)."""
-    encoders, _, threads = text.partition("x")
-    try:
-        layout = int(encoders), int(threads) if threads else None
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a layout is E or ExT (encoders x threads), got {text!r}") from None
-    if layout[0] < 1 or (layout[1] is not None and layout[1] < 1):
-        raise argparse.ArgumentTypeError(f"encoders and threads must be >= 1, got {text!r}")
+class Layout(NamedTuple):
+    """One writer configuration: x264 instances, and None for the writer's defaults of the rest."""
+
+    encoders: int
+    threads: Optional[int] = None  # frame threads of each instance
+    nice: Optional[int] = None  # levels x264's threads run below the render thread
+    queue: Optional[int] = None  # frames the host pool holds between the render and x264
+
+    @property
+    def name(self) -> str:
+        return f"{self.encoders}" + "".join(f"{tag}{value}" for tag, value in zip("xnq", self[1:]) if value is not None)
+
+
+def parse_layout(text: str) -> Layout:
+    """"3" -> Layout(3); "1x16n10q128" -> 1 encoder of 16 threads at nice 10 with a 128-frame pool."""
+    match = re.fullmatch(r"(\d+)(?:x(\d+))?(?:n(\d+))?(?:q(\d+))?", text)
+    layout = Layout(*(int(group) if group else None for group in match.groups())) if match else None
+    if layout is None or layout.encoders < 1 or layout.threads == 0 or (layout.nice or 0) > 19 \
+            or (layout.queue is not None and layout.queue < 8):
+        raise argparse.ArgumentTypeError(
+            f"a layout is E[xT][nN][qQ] (encoders, threads each, nice 0-19, queue >= 8 frames), got {text!r}")
     return layout
-
-
-def layout_name(layout: tuple[int, Optional[int]]) -> str:
-    return f"{layout[0]}x{layout[1]}" if layout[1] else str(layout[0])
 
 
 def goal(preset: str, entry: dict, gpu_fps: float) -> tuple:

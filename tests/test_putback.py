@@ -128,6 +128,23 @@ def test_batched_affines_per_frame(batch):
         assert not torch.equal(g, f)
 
 
+def test_paste_bounds_box_the_render_square_clipped_to_the_frame():
+    """Each box is the mapped square (-1, R)^2's bounding box widened by a pixel, clipped to the frame
+    (numpy's float64 products as the oracle), for affines landing inside, across and outside it."""
+    rng = np.random.default_rng(4)
+    M = np.zeros((64, 3, 3))
+    M[:, :2, :2] = rng.uniform(-1.5, 1.5, (64, 2, 2))
+    M[:, :2, 2] = rng.uniform(-900, 1500, (64, 2))
+    M[:, 2, 2] = 1
+    got = paste_bounds(torch.from_numpy(M).float(), 512, 360, 640).numpy()
+    corners = np.array([[-1, -1, 1], [512, -1, 1], [-1, 512, 1], [512, 512, 1]], dtype=np.float64)
+    mapped = np.einsum("sij,kj->ski", M[:, :2].astype(np.float32).astype(np.float64), corners)
+    low = np.clip(np.floor(mapped.min(axis=1)), 0, [640, 360])
+    high = np.clip(np.ceil(mapped.max(axis=1)) + 1, 0, [640, 360])
+    np.testing.assert_array_equal(got, np.concatenate([low, high], axis=1).astype(np.int32))
+    assert (got[:, 2:] == got[:, :2]).any() and ((got[:, 2:] > got[:, :2]).all(axis=1)).any()  # empty and real boxes
+
+
 def test_source_index_selects_frame_and_affine(batch):
     frames, renders, M_c2o = batch
     sources, sources_M = frames[:2], M_c2o[:2]
@@ -193,3 +210,19 @@ def test_triton_parity_and_agreement_with_torch(case, batch):
     torch_path = paste_back(frames, many, M_c2o, source_index=index, backend="torch")
     worst, mean, _ = uint8_stats(fused, torch_path)
     assert worst <= 1 and mean < 1e-3
+
+
+@pytest.mark.gpu
+def test_triton_paste_back_queues_behind_the_render_without_waiting(batch):
+    """No host synchronisation in a put-back: the render loop queues it behind the render of the
+    same frames and goes on issuing work while the GPU renders."""
+    pytest.importorskip("triton")
+    frames, renders, M_c2o = (t.cuda() for t in batch)
+    expected = paste_back(frames, renders, M_c2o, backend="triton")  # the first call loads the kernel
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        got = paste_back(frames, renders, M_c2o, backend="triton")
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert torch.equal(got, expected)

@@ -1,8 +1,10 @@
 """Streaming MP4 writer: round trip through PyAV, audio length, atomic output, error propagation."""
 from __future__ import annotations
 
+import os
 import platform
 import sys
+import threading
 from pathlib import Path
 
 import av
@@ -13,6 +15,7 @@ import torch
 from ditto_core.errors import DittoError, InputError
 from ditto_core.host_memory import trim_host_heap
 from ditto_core.video import writer as writer_module
+from ditto_core.video.encoder import X264_NICE, EncoderSettings, SegmentEncoder
 from ditto_core.video.writer import VideoWriter
 
 
@@ -212,3 +215,54 @@ def test_one_encoder_leaves_two_cores_to_the_render_on_big_hosts(tmp_path, monke
     with VideoWriter(tmp_path / "given.mp4", width=64, height=64, preset="ultrafast", threads=3) as writer:
         assert writer.settings.threads == 3
         writer.write(gradient_frames(1, 64, 64))
+
+
+def _tasks() -> set[int]:
+    return {int(name) for name in os.listdir("/proc/self/task")}
+
+
+def _x264_levels(before: set[int]) -> list[int]:
+    """Nice levels of the threads started since ``before`` that are not Python's (so x264's)."""
+    python = {thread.native_id for thread in threading.enumerate()}
+    return [os.getpriority(os.PRIO_PROCESS, task) for task in _tasks() - before - python]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads are listed from Linux's /proc")
+def test_x264_threads_run_below_the_thread_that_opens_them(tmp_path):
+    """libx264 starts its threads when the encoder opens: each runs ``nice`` levels below the
+    caller, who keeps its own level; ``nice=0`` keeps them level; a bad level is refused."""
+    caller = threading.get_native_id()
+    level = os.getpriority(os.PRIO_PROCESS, caller)
+    frames = gradient_frames(4, 64, 64)
+    settings = EncoderSettings(64, 64, 25, preset="ultrafast", threads=3)
+    for nice in (7, 0):
+        before = _tasks()
+        with SegmentEncoder(tmp_path / f"n{nice}.mp4", settings, whole=True, nice=nice) as encoder:
+            levels = _x264_levels(before)
+            encoder.write(frames)
+        assert len(levels) >= 3 and set(levels) == {min(19, level + nice)}, (nice, levels)
+        assert os.getpriority(os.PRIO_PROCESS, caller) == level
+        assert probe(tmp_path / f"n{nice}.mp4")["frames"].shape[0] == 4
+    for preset, lower in (("ultrafast", X264_NICE), ("superfast", X264_NICE), ("medium", 0)):
+        before = _tasks()
+        with VideoWriter(tmp_path / f"{preset}.mp4", width=64, height=64, preset=preset, threads=3) as writer:
+            assert set(_x264_levels(before)) == {min(19, level + lower)}, f"the writer's default level at {preset}"
+            writer.write(frames)
+    for bad in (-1, 20, 1.5):
+        with pytest.raises(InputError, match="nice"):
+            VideoWriter(tmp_path / "bad.mp4", width=64, height=64, nice=bad)
+    assert not (tmp_path / "bad.mp4").exists()
+
+
+def test_parallel_segments_open_at_the_writers_nice(tmp_path, monkeypatch):
+    from ditto_core.video import encoder as encoder_module
+
+    opened: list[int] = []
+    original = encoder_module._open_niced
+    monkeypatch.setattr(encoder_module, "_open_niced", lambda context, nice: (opened.append(nice), original(context, nice)))
+    with VideoWriter(tmp_path / "p.mp4", width=64, height=64, preset="ultrafast", encoders=2, threads=1,
+                     segment_frames=4, nice=5) as writer:
+        for _ in range(3):
+            writer.write(gradient_frames(4, 64, 64))
+    assert opened == [5, 5, 5]
+    assert probe(tmp_path / "p.mp4")["frames"].shape[0] == 12

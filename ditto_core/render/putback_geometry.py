@@ -38,13 +38,16 @@ def paste_bounds(M_c2o: Tensor, render_size: int, height: int, width: int) -> Te
     """
     m = M_c2o[:, :2].double()
     lo, hi = -1.0, float(render_size)
-    corners = torch.tensor(
-        [[lo, lo, 1.0], [hi, lo, 1.0], [lo, hi, 1.0], [hi, hi, 1.0]], dtype=torch.float64, device=m.device
-    )
-    mapped = torch.einsum("sij,kj->ski", m, corners)  # (S, 4 corners, xy)
-    low = mapped.amin(dim=1).floor()
-    high = mapped.amax(dim=1).ceil() + 1
-    limit = torch.tensor([width, height], dtype=torch.float64, device=m.device)
-    low = torch.minimum(low.clamp(min=0), limit)
-    high = torch.minimum(high.clamp(min=0), limit)
-    return torch.cat([low, high], dim=1).to(torch.int32)
+    # The corners' images, from Python scalars only: a tensor made from a list on the GPU is a
+    # copy from pageable memory, which waits for everything queued on the stream (the render of
+    # the very frames being pasted), so the render loop could never queue ahead of the GPU.
+    mapped = torch.stack([m[:, :, 0] * x + m[:, :, 1] * y + m[:, :, 2]
+                          for x, y in ((lo, lo), (hi, lo), (lo, hi), (hi, hi))], dim=1)  # (S, 4 corners, xy)
+    low = mapped.amin(dim=1).floor().clamp(min=0)
+    high = (mapped.amax(dim=1).ceil() + 1).clamp(min=0)
+    return torch.cat([_clip_xy(low, width, height), _clip_xy(high, width, height)], dim=1).to(torch.int32)
+
+
+def _clip_xy(points: Tensor, width: int, height: int) -> Tensor:
+    """(S, 2) x, y clipped to at most the frame's width and height."""
+    return torch.stack([points[:, 0].clamp(max=width), points[:, 1].clamp(max=height)], dim=1)

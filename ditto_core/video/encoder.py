@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -92,6 +93,20 @@ core (docs/ENCODING.md)."""
 
 RENDER_BOUND_PRESETS = frozenset({"ultrafast", "superfast"})
 """Presets at which one x264 instance encodes faster than an H200 renders 1080x1920."""
+
+X264_NICE = 10
+"""How many levels below the thread that opens it (Linux nice levels) libx264's own threads run
+at :data:`RENDER_BOUND_PRESETS`. There x264 keeps every core it is given busy and still outpaces
+the render, and the render thread beside it, which only issues the GPU's work, waited for a core
+each time it woke; niced, x264 yields a core to it at once and keeps all the rest. At slower
+presets x264 is the bottleneck and stays level: there the render thread's spins on the GPU took
+cores from a niced x264 (docs/ENCODING.md has both). Raising a thread's nice needs no privilege."""
+
+
+def default_nice(preset: str) -> int:
+    """Levels below the opening thread that x264's threads run when none are given: :data:`X264_NICE`
+    at :data:`RENDER_BOUND_PRESETS`, 0 otherwise."""
+    return X264_NICE if preset in RENDER_BOUND_PRESETS else 0
 
 
 def default_threads(preset: str, cpu_count: Optional[int] = None) -> int:
@@ -313,8 +328,9 @@ class _OutputFile:
             raise full from error
 
 
-def _video_stream(container: av.container.OutputContainer, settings: EncoderSettings) -> av.VideoStream:
-    """A libx264 stream of ``settings`` on ``container``, opened now so a bad option fails here."""
+def _video_stream(container: av.container.OutputContainer, settings: EncoderSettings, nice: int) -> av.VideoStream:
+    """A libx264 stream of ``settings`` on ``container``, opened now so a bad option fails here;
+    x264's threads run ``nice`` levels below the caller (:func:`_open_niced`)."""
     stream = container.add_stream("libx264", rate=settings.fps)
     stream.height, stream.width = settings.padded
     stream.pix_fmt = "yuv420p"
@@ -328,12 +344,40 @@ def _video_stream(container: av.container.OutputContainer, settings: EncoderSett
     context.thread_count = settings.threads
     tag_bt709(context)
     try:
-        context.open()
+        _open_niced(context, nice)
     except av.FFmpegError as error:
         raise InputError(
             f"VideoWriter: libx264 rejected crf={settings.crf}, preset={settings.preset!r}: {error}"
         ) from error
     return stream
+
+
+def _open_niced(context: av.codec.context.CodecContext, nice: int) -> None:
+    """Open ``context`` on a short-lived thread ``nice`` levels below the caller.
+
+    libx264 starts its frame and lookahead threads inside the open, and on Linux a new thread
+    inherits its creator's nice level, so they all run at the lower priority while the thread
+    that feeds them frames (and the caller) stay where they are. Where priorities are per
+    process or unknown (not Linux) the context is opened as it is.
+    """
+    if not nice or not hasattr(os, "setpriority") or not os.path.isdir("/proc/self/task"):
+        context.open()
+        return
+    failure: list[BaseException] = []
+
+    def open_lowered() -> None:
+        try:
+            task = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, task, min(19, os.getpriority(os.PRIO_PROCESS, task) + nice))
+            context.open()
+        except BaseException as error:  # re-raised in the caller's thread
+            failure.append(error)
+
+    opener = threading.Thread(target=open_lowered, name="ditto-x264-open")
+    opener.start()
+    opener.join()
+    if failure:
+        raise failure[0]
 
 
 class SegmentEncoder:
@@ -353,16 +397,19 @@ class SegmentEncoder:
     ``scratch=True`` leaves the finished file under its temporary (pid-tagged) name beside
     ``path`` instead of renaming it: for segments that are joined and deleted right away.
     ``whole=True`` (implied by ``audio``) writes a whole video rather than a segment: no
-    segment tag, so :func:`join_segments` refuses it.
+    segment tag, so :func:`join_segments` refuses it. ``nice``: how many levels below the
+    calling thread x264's threads run (None: :func:`default_nice`).
     """
 
     def __init__(
         self, path: PathLike, settings: EncoderSettings, first_frame: int = 0,
         audio: Optional[Tuple[Waveform, int]] = None, scratch: bool = False, whole: bool = False,
-        metadata: Optional[Mapping[str, str]] = None,
+        metadata: Optional[Mapping[str, str]] = None, nice: Optional[int] = None,
     ) -> None:
         if not (isinstance(first_frame, int) and first_frame >= 0):
             raise InputError(f"SegmentEncoder: first_frame must be a non-negative integer, got {first_frame!r}")
+        if nice is not None and not (isinstance(nice, int) and not isinstance(nice, bool) and 0 <= nice <= 19):
+            raise InputError(f"SegmentEncoder: nice must be an integer in [0, 19] (levels below the caller), got {nice!r}")
         if audio is not None and first_frame:
             raise InputError("SegmentEncoder: only a file starting at frame 0 can carry the audio; join segments "
                              "with join_segments(..., audio=...) instead")
@@ -381,7 +428,7 @@ class SegmentEncoder:
                 self._file.container.metadata["comment"] = json.dumps(
                     {"ditto_segment": SEGMENT_FORMAT_VERSION, "first_frame": first_frame,
                      "settings": settings.to_json()})
-            self._stream = _video_stream(self._file.container, settings)
+            self._stream = _video_stream(self._file.container, settings, default_nice(settings.preset) if nice is None else nice)
             self._audio = _AudioTrack(self._file.container, prepared, settings.fps) if prepared else None
         except BaseException:
             self._file.discard()

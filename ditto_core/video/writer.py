@@ -127,6 +127,9 @@ class VideoWriter:
             names the space the whole MP4 needs, not only what was written before it struck.
         metadata: container tags (name -> text), stored as MP4 metadata tags; ComfyUI keeps a
             render's ``prompt`` and ``workflow`` (JSON) there.
+        nice: how many priority levels below the thread that makes the writer libx264's threads
+            run; None: :func:`~.encoder.default_nice` (at the fast presets the render thread
+            feeding the GPU then never waits for a core).
     """
 
     def __init__(
@@ -145,6 +148,7 @@ class VideoWriter:
         queue_frames: Optional[int] = None,
         expected_frames: Optional[int] = None,
         metadata: Optional[Mapping[str, str]] = None,
+        nice: Optional[int] = None,
     ) -> None:
         cores = usable_cores()
         encoders = DEFAULT_ENCODERS if encoders is None else encoders
@@ -164,6 +168,7 @@ class VideoWriter:
         self.width, self.height = width, height
         self.expected_frames = expected_frames
         self.encoders = encoders
+        self.nice = nice
         self.segment_frames = segment_frames if parallel else None
         self._padded = self.settings.padded
         frame_bytes = self._padded[0] * self._padded[1] * 3
@@ -195,7 +200,8 @@ class VideoWriter:
             self._joiner: Optional[Mp4Joiner] = Mp4Joiner(self.path, audio, metadata=metadata)
         else:
             self._joiner = None
-            self._final = SegmentEncoder(self.path, self.settings, audio=audio, whole=True, metadata=metadata)
+            self._final = SegmentEncoder(self.path, self.settings, audio=audio, whole=True, metadata=metadata,
+                                         nice=nice)
         self._threads = [
             threading.Thread(target=_in_short_gil_turns, args=(self._encode_loop,), name=f"ditto-video-encoder-{i}",
                              daemon=True)
@@ -434,7 +440,7 @@ class VideoWriter:
                     self._drain(job)
 
     def _open_segment(self, job: _Job) -> SegmentEncoder:
-        encoder = SegmentEncoder(self.path, self.settings, job.first_frame, scratch=True)
+        encoder = SegmentEncoder(self.path, self.settings, job.first_frame, scratch=True, nice=self.nice)
         with self._lock:
             self._scratch.append(encoder._file.temp)
         return encoder
