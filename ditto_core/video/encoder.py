@@ -94,21 +94,6 @@ core (docs/ENCODING.md)."""
 RENDER_BOUND_PRESETS = frozenset({"ultrafast", "superfast"})
 """Presets at which one x264 instance encodes faster than an H200 renders 1080x1920."""
 
-X264_NICE = 10
-"""How many levels below the thread that opens it (Linux nice levels) libx264's own threads run
-at :data:`RENDER_BOUND_PRESETS`. There x264 keeps every core it is given busy and still outpaces
-the render, and the render thread beside it, which only issues the GPU's work, waited for a core
-each time it woke; niced, x264 yields a core to it at once and keeps all the rest. At slower
-presets x264 is the bottleneck and stays level: there the render thread's spins on the GPU took
-cores from a niced x264 (docs/ENCODING.md has both). Raising a thread's nice needs no privilege."""
-
-
-def default_nice(preset: str) -> int:
-    """Levels below the opening thread that x264's threads run when none are given: :data:`X264_NICE`
-    at :data:`RENDER_BOUND_PRESETS`, 0 otherwise."""
-    return X264_NICE if preset in RENDER_BOUND_PRESETS else 0
-
-
 def default_threads(preset: str, cpu_count: Optional[int] = None) -> int:
     """Frame threads of one x264 instance when none are given: at :data:`RENDER_BOUND_PRESETS`
     on hosts of 8 cores or more, all cores but :data:`RENDER_RESERVED_CORES`; otherwise 0
@@ -398,17 +383,19 @@ class SegmentEncoder:
     ``path`` instead of renaming it: for segments that are joined and deleted right away.
     ``whole=True`` (implied by ``audio``) writes a whole video rather than a segment: no
     segment tag, so :func:`join_segments` refuses it. ``nice``: how many levels below the
-    calling thread x264's threads run (None: :func:`default_nice`).
+    calling thread x264's threads run (Linux nice levels; 0: level with it). Measured on the
+    H200 hosts (docs/ENCODING.md), a lower x264 paid only where x264 had cores to spare, and
+    cost frames where it was the bottleneck, so 0 is the default.
     """
 
     def __init__(
         self, path: PathLike, settings: EncoderSettings, first_frame: int = 0,
         audio: Optional[Tuple[Waveform, int]] = None, scratch: bool = False, whole: bool = False,
-        metadata: Optional[Mapping[str, str]] = None, nice: Optional[int] = None,
+        metadata: Optional[Mapping[str, str]] = None, nice: int = 0,
     ) -> None:
         if not (isinstance(first_frame, int) and first_frame >= 0):
             raise InputError(f"SegmentEncoder: first_frame must be a non-negative integer, got {first_frame!r}")
-        if nice is not None and not (isinstance(nice, int) and not isinstance(nice, bool) and 0 <= nice <= 19):
+        if not (isinstance(nice, int) and not isinstance(nice, bool) and 0 <= nice <= 19):
             raise InputError(f"SegmentEncoder: nice must be an integer in [0, 19] (levels below the caller), got {nice!r}")
         if audio is not None and first_frame:
             raise InputError("SegmentEncoder: only a file starting at frame 0 can carry the audio; join segments "
@@ -428,7 +415,7 @@ class SegmentEncoder:
                 self._file.container.metadata["comment"] = json.dumps(
                     {"ditto_segment": SEGMENT_FORMAT_VERSION, "first_frame": first_frame,
                      "settings": settings.to_json()})
-            self._stream = _video_stream(self._file.container, settings, default_nice(settings.preset) if nice is None else nice)
+            self._stream = _video_stream(self._file.container, settings, nice)
             self._audio = _AudioTrack(self._file.container, prepared, settings.fps) if prepared else None
         except BaseException:
             self._file.discard()

@@ -128,8 +128,7 @@ class VideoWriter:
         metadata: container tags (name -> text), stored as MP4 metadata tags; ComfyUI keeps a
             render's ``prompt`` and ``workflow`` (JSON) there.
         nice: how many priority levels below the thread that makes the writer libx264's threads
-            run; None: :func:`~.encoder.default_nice` (at the fast presets the render thread
-            feeding the GPU then never waits for a core).
+            run (0: level; see :class:`~.encoder.SegmentEncoder`).
     """
 
     def __init__(
@@ -148,7 +147,7 @@ class VideoWriter:
         queue_frames: Optional[int] = None,
         expected_frames: Optional[int] = None,
         metadata: Optional[Mapping[str, str]] = None,
-        nice: Optional[int] = None,
+        nice: int = 0,
     ) -> None:
         cores = usable_cores()
         encoders = DEFAULT_ENCODERS if encoders is None else encoders
