@@ -171,7 +171,13 @@ def _rss_parts() -> dict[str, int]:
     return {name: int(fields[name].split()[0]) * 1024 for name in RSS_PARTS if name in fields}
 
 
-VRAM_DRIFT = 16 * MiB  # allocated after a run, vs after the first
+VRAM_DRIFT = 16 * MiB  # allocated after a run, vs after the second
+VRAM_SECOND_RUN = 64 * MiB  # allowed once, from the first run to the second (see below)
+"""A CUDA-graph recording clears cuBLAS's workspaces (32 MiB each on Hopper), and the next eager
+matrix product makes its stream's workspace again: the first render (recordings in the LMDM
+sampler and the compiled engine) can end without that workspace, the second makes it for good
+(the H200 soak of session 15: 1,383 MiB after the first render, 1,416 after each of the other 19).
+One such step is warm-up, not drift; VRAM is judged flat from the second render on."""
 PEAK_DRIFT = 64 * MiB  # peak during a run, vs the first run's
 RSS_DRIFT = 256 * MiB  # host RSS after a run, vs at the end of the warm-up (allocator arenas, encoder threads)
 RSS_SLOPE = 1 * MiB  # host RSS growth a render after the warm-up: 1 GiB over a 1000-render server day
@@ -182,7 +188,8 @@ DECISIVE_RENDERS = 100  # from this many renders on, the RSS slope must be shown
 @pytest.mark.gpu
 @pytest.mark.reliability(area="Soak and faults", case="20 consecutive renders of the basic workflow (GPU; "
                                                       "DITTO_SOAK_RENDERS=100 for 100)",
-                         behaviour="VRAM allocated and peak stay flat after the first render (16 / 64 MiB); after a "
+                         behaviour="VRAM allocated stays flat after the second render (16 MiB; the second may add "
+                                   "one cuBLAS workspace, 64 MiB at most) and peak after the first (64 MiB); after a "
                                    "warm-up (a fifth of the renders) host RSS stays within 256 MiB; with 100 renders "
                                    "its least-squares slope must be surely (2 standard errors) below 1 MiB a render, "
                                    "else the test says it grows or is undecided; fit and RSS split printed")
@@ -203,7 +210,8 @@ def test_twenty_renders_keep_memory_flat(tmp_path, example_dir):
         parts.append(_rss_parts())
     settled = warm_up(len(rss))
     drift = {
-        "allocated": max(allocated[1:]) - allocated[0],
+        "second_run": allocated[1] - allocated[0],
+        "allocated": max(allocated[1:]) - allocated[1],
         "peak": max(peaks[1:]) - peaks[0],
         "rss_warm_up": rss[settled] - rss[0],
         "rss": max(rss[settled:]) - rss[settled],
@@ -216,7 +224,8 @@ def test_twenty_renders_keep_memory_flat(tmp_path, example_dir):
     for name in parts[0]:
         series = [p[name] for p in parts]
         print(f"  {name} MiB:", [v // MiB for v in series], "|", fit_trend(series, settled).describe(name))
-    assert drift["allocated"] <= VRAM_DRIFT, f"VRAM grew {drift['allocated'] / MiB:.1f} MiB after the first render"
+    assert drift["second_run"] <= VRAM_SECOND_RUN, f"VRAM grew {drift['second_run'] / MiB:.1f} MiB in the second render"
+    assert drift["allocated"] <= VRAM_DRIFT, f"VRAM grew {drift['allocated'] / MiB:.1f} MiB after the second render"
     assert drift["peak"] <= PEAK_DRIFT, f"peak VRAM grew {drift['peak'] / MiB:.1f} MiB after the first render"
     assert drift["rss"] <= RSS_DRIFT, f"host RSS grew {drift['rss'] / MiB:.1f} MiB after render {settled + 1}"
     if SOAK_RENDERS < DECISIVE_RENDERS:
