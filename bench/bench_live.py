@@ -226,7 +226,7 @@ def main() -> None:
                                 sampler_compile=not args.no_lmdm_compile and compile_ok)
         config = StreamConfig(output=args.output, max_size=args.max_size, idle=False)
         loaded = time.monotonic()
-        runtime.warm_up(source, options)
+        runtime.warm_up(source, options, several_avatars=False)  # every stream shows this one avatar
         asyncio.run(_warm(runtime, source, options, config, 1))
         result = {
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",

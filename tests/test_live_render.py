@@ -1,7 +1,12 @@
-"""End to end with real (random) networks: a live stream renders real frames, as the offline path would."""
+"""End to end: a live stream renders real frames, as the offline path would.
+
+The warp and decoder are the tests' small stand-ins with the networks' interfaces (a CPU takes
+seconds a frame through the real ones, whose batch independence their own tests check); what is
+under test is the runtime's batching, put-back and scaling against the offline path's."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import cv2
 import numpy as np
@@ -15,6 +20,7 @@ from ditto_core.pipeline import DittoPipeline
 from ditto_core.registration.options import RegistrationOptions
 from ditto_core.render.putback import paste_back
 from ditto_core.render.warp_decode import WarpDecodeEngine
+from tests.test_nodes_execution import TinyDecoder, TinyWarp
 
 
 class _Keeping(EngineRenderer):
@@ -30,9 +36,9 @@ class _Keeping(EngineRenderer):
         return out
 
 
-@pytest.mark.slow
 def test_live_frames_are_the_offline_renders_of_the_streamed_motion(tmp_path):
     pipeline = DittoPipeline.random(tmp_path, device="cpu", compile=False)
+    pipeline.models = replace(pipeline.models, warp_network=TinyWarp().eval(), decoder=TinyDecoder().eval())
     portrait = np.zeros((200, 160, 3), np.uint8)
     cv2.circle(portrait, (80, 90), 50, (200, 170, 150), -1)
     source = pipeline.register(portrait, RegistrationOptions(detect_face=False), is_image=True)
@@ -53,7 +59,7 @@ def test_live_frames_are_the_offline_renders_of_the_streamed_motion(tmp_path):
     assert np.std(np.stack(decoded).astype(np.float32)) > 1  # real renders, not a constant
 
     (motion, live_frames), = renderer.kept
-    # Two of them again through the offline path's engine and put-back (seconds a frame on a CPU).
+    # Two of them again through the offline path's engine and put-back.
     pick = [0, 9]
     engine = WarpDecodeEngine(pipeline.models.warp_network, pipeline.models.decoder, batch_size=2, compile=False)
     renders = engine.render_batch(source.f_s, motion.kp_source[pick], motion.kp_driving[pick])
@@ -62,3 +68,17 @@ def test_live_frames_are_the_offline_renders_of_the_streamed_motion(tmp_path):
                                              antialias=True, align_corners=False)
     expected = scaled.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
     assert torch.equal(live_frames[pick], expected)
+
+
+@pytest.mark.parametrize("per_frame", [True, False])
+def test_renderer_warm_up_compiles_the_forms_asked_for(tmp_path, per_frame):
+    """Every ladder size renders the shared-volume form; the volume-per-frame form only when asked."""
+    pipeline = DittoPipeline.random(tmp_path, device="cpu", compile=False)
+    source = pipeline.register(np.full((64, 64, 3), 120, np.uint8), RegistrationOptions(detect_face=False),
+                               is_image=True)
+    renderer = EngineRenderer(pipeline.models, compile=False, batch_ladder=(1, 2))
+    forms = []
+    for size in renderer.ladder:
+        renderer.engine(size).render_batch = lambda volumes, kp_s, kp_d, size=size: forms.append((size, volumes.shape[0]))
+    renderer.warm_up(source, per_frame_volumes=per_frame)
+    assert forms == ([(1, 1), (1, 1), (2, 1), (2, 2)] if per_frame else [(1, 1), (2, 1)])

@@ -110,15 +110,28 @@ def test_gaze_fix_hand_checked():
     assert got[:, untouched].abs().max() == 0
 
 
+def _locked_expression(drive_eye, blink):
+    """Row 0's expression after the mix and the lock: source 2, driving 1 (absolute), blink table ``blink``."""
+    src = _neutral_source()
+    src.motion.exp.fill_(2.0)
+    table = None if blink is None else torch.full((1, 63), blink)
+    opts = MotionOptions(use_d_keys=("exp",), relative_d=False, drive_eye=drive_eye, delta_eye_arr=table,
+                         delta_eye_open_n=-1, flag_stitching=False)
+    stitch = ms.StitchTable.of([ms.stitch_setup(src, opts, None, blink_span=1)])
+    rows = stitch.rows(torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long))
+    vectors = torch.zeros(1, 265)
+    vectors[:, 202:] = 1.0
+    return ms._driven(rows, vectors, vectors, stitch.scale_one)["exp"]
+
+
 def test_expression_lock_hand_checked():
-    driven, source = torch.ones(1, 63), torch.full((1, 63), 2.0)
-    blink = torch.full((1, 63), 0.5)
     as_kp = lambda e: e.reshape(21, 3)[:, 0].tolist()  # noqa: E731
     lips_only = [1.0 if k in LIP else 2.0 for k in range(21)]
-    assert as_kp(ms._lock_expression(driven, source, False, None)) == lips_only
-    assert as_kp(ms._lock_expression(driven, source, True, None)) == [1.0 if k in LIP + EYE else 2.0 for k in range(21)]
+    assert as_kp(_locked_expression(False, None)) == lips_only
+    assert as_kp(_locked_expression(True, None)) == [1.0 if k in LIP + EYE else 2.0 for k in range(21)]
     with_blink = [1.0 if k in LIP else 2.5 if k in EYE else 2.0 for k in range(21)]
-    assert as_kp(ms._lock_expression(driven, source, True, blink)) == with_blink
+    assert as_kp(_locked_expression(True, 0.5)) == with_blink
+    assert as_kp(_locked_expression(False, 0.5)) == lips_only  # eyes not driven: no blinks either
 
 
 def _neutral_source():

@@ -5,7 +5,8 @@ Two worker threads share the device, in rounds:
 * the **motion** thread takes each stream's new speech, runs HuBERT window by window, builds
   every stream's next LMDM window, samples all windows that share a sampler setting as *one
   batch* (one CUDA graph replay for all streams), joins each result into its stream's online
-  schedule (:mod:`.schedule`) and stitches the frames it releases;
+  schedule (:mod:`.schedule`) and stitches the frames all streams release as one batch too
+  (:mod:`~ditto_core.motion.stitch_graphs`);
 * the **render** thread takes a round's frames from all streams, renders them through the
   warp+decode engine in batches that mix streams (a small ladder of compiled batch sizes, so
   a lone stream's 5 frames do not pay for a 40-frame graph), pastes each stream's frames back
@@ -15,8 +16,8 @@ Two worker threads share the device, in rounds:
 The two threads overlap one round's rendering with the next round's motion. Every stream gets
 at most one LMDM window per round, so a stream that pushes a whole speech at once cannot starve
 the others (fair by construction), and a stream whose client stops reading (too many frames
-waiting) is skipped until it catches up. The runtime owns its samplers, engines and HuBERT
-session: the CUDA graphs in them are not shared with whatever else uses the pipeline.
+waiting) is skipped until it catches up. The runtime owns its samplers, engines, HuBERT
+session and stitcher: the CUDA graphs in them are not shared with whatever else uses the pipeline.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from collections import deque
 from contextlib import nullcontext
 from fractions import Fraction
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Protocol
 
 import torch
@@ -45,7 +46,8 @@ from ..motion.conditions import build_conditions, build_kp_condition
 from ..motion.lmdm_sampler import DDIMSampler
 from ..motion.motion_options import MotionOptions
 from ..motion.motion_sequence import MotionSequence
-from ..motion.motion_stitch import stitch_motion
+from ..motion.motion_stitch import STREAM_BLINK_FRAMES, StitchChunk, StitchSetup, stitch_setup
+from ..motion.stitch_graphs import RoundStitcher
 from ..precision import lmdm_precision_for
 from ..registration.source_info import SourceInfo
 from ..render.putback import paste_back
@@ -109,7 +111,7 @@ class RenderJob:
     stream: "StreamState"
     epoch: int
     first_frame: int
-    motion: Optional[MotionSequence]  # None: no frames (an end marker only)
+    motion: Optional[MotionSequence]  # None: no frames (an end marker only), or not stitched yet (in a round)
     audio: Tensor  # (k, 640) float32 16 kHz speech of each frame
     ready_since: float  # when the speech that completed this window arrived
     final: bool = False
@@ -145,6 +147,7 @@ class StreamState:
     motion: OnlineMotion
     generator: torch.Generator
     noise: Tensor  # (steps - 1, 1, 80, 265): drawn once per stream, shared by its windows
+    stitch: StitchSetup  # what stitching its frames needs from its avatar and options, made once
     deliver: Callable[[object], None]  # called from worker threads with a LiveFrame future, an error or None
     speech: SampleTimeline = field(default_factory=SampleTimeline)  # what each frame's audio slice is cut from
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -206,6 +209,7 @@ class LiveRuntime:
         if sampler_factory is not None:
             self.sampler = sampler_factory
         self.hubert_windows = LiveWindowEncoder(self.hubert)
+        self.stitcher = RoundStitcher(models.stitch_network, self.device)
         with torch.inference_mode():
             silent = torch.zeros(self.hubert.window.num_samples)
             self._silence_window = self.hubert.encode_window(silent)  # (5, 1024): every all-zero window's
@@ -291,6 +295,7 @@ class LiveRuntime:
                 generator = torch.Generator(self.device).manual_seed(options.seed)
                 sampler = self.sampler(options)
                 noise = torch.randn(sampler.noise_shape(1), generator=generator, device=self.device)
+                stitch = stitch_setup(source, options, models.stitch_network, STREAM_BLINK_FRAMES)
 
                 def build_cond(features: Tensor, first_frame: int) -> Tensor:
                     audio = AudioFeatures(features=features, duration_s=features.shape[0] / FPS)
@@ -307,7 +312,7 @@ class LiveRuntime:
                 self._render_stream.wait_stream(self._motion_stream)
             state = StreamState(
                 id=stream_id, source=source, options=options, config=config, sampler=sampler,
-                audio=OnlineAudio(self.hubert.window), motion=motion, generator=generator, noise=noise,
+                audio=OnlineAudio(self.hubert.window), motion=motion, generator=generator, noise=noise, stitch=stitch,
                 deliver=deliver, next_silence=time.monotonic(),
             )
             self._streams[stream_id] = state
@@ -517,6 +522,7 @@ class LiveRuntime:
         groups: dict[int, list[tuple[StreamState, MotionWindow]]] = {}
         for state, window in windows:
             groups.setdefault(id(state.sampler), []).append((state, window))
+        released: list[tuple[RenderJob, Tensor]] = []
         for group in groups.values():
             try:
                 preds = self._sample(group)
@@ -526,13 +532,13 @@ class LiveRuntime:
                 continue
             for (state, window), pred in zip(group, preds):
                 try:
-                    job = self._release(state, window, pred, now)
+                    release = self._release(state, window, pred, now)
                 except DittoError as error:
                     self._fail(state, error)
                     continue
-                if job is not None:
-                    jobs.append(job)
-        return jobs
+                if release is not None:
+                    released.append(release)
+        return jobs + self._stitch_round(streams, released)
 
     def _sample(self, group: list[tuple[StreamState, MotionWindow]]) -> Tensor:
         """One batched DDIM call for windows of several streams: (B, 80, 265).
@@ -553,10 +559,12 @@ class LiveRuntime:
             noise = torch.cat([noise, noise[:, -1:].expand(-1, size - n, -1, -1)], dim=1)
         return sampler.sample(kp, cond, x_T, noise)[:n]
 
-    def warm_up(self, source: SourceInfo, options: MotionOptions) -> None:
+    def warm_up(self, source: SourceInfo, options: MotionOptions, several_avatars: bool = True) -> None:
         """Record every sampler batch size up to ``max_streams`` and compile every render size, so
         that no stream waits for a compilation (call before serving; minutes when nothing is cached).
-        Nothing to do off CUDA: there is no graph to record."""
+        ``several_avatars=False`` says every stream will show ``source``: for an image, the renders'
+        form with a volume per frame (which only a video or a round of several avatars uses) is
+        then not compiled, half the engines' warm-up. Nothing to do off CUDA: there is no graph to record."""
         if self.device.type != "cuda":
             return
         with torch.inference_mode():
@@ -576,23 +584,40 @@ class LiveRuntime:
         # The worker threads' streams use what was recorded and uploaded here on this one.
         torch.cuda.synchronize(self.device)
         if hasattr(self.renderer, "warm_up"):
-            self._on_render_thread(lambda: self.renderer.warm_up(device_source))
+            per_frame = several_avatars or len(device_source) > 1
+            self._on_render_thread(lambda: self.renderer.warm_up(device_source, per_frame_volumes=per_frame))
 
-    def _release(self, state: StreamState, window: MotionWindow, pred: Tensor, now: float) -> Optional[RenderJob]:
+    def _release(
+        self, state: StreamState, window: MotionWindow, pred: Tensor, now: float
+    ) -> Optional[tuple[RenderJob, Tensor]]:
+        """Join a sampled window into its stream: the job of the frames it releases (its motion
+        still to be stitched) and their (k, 265) motion vectors; None when it releases none."""
         first = state.motion.frames_out
         vectors = state.motion.accept(window, pred)
         ready = state.window_times.popleft() if state.window_times else now
         if vectors.shape[0] == 0:
             return None
-        frames = torch.arange(first, first + vectors.shape[0], device=self.device)
-        motion = stitch_motion(vectors, state.source, self.pipeline.models.stitch_network, state.options,
-                               frames=frames, reference=state.motion.reference)
         start = first * SAMPLES_PER_FRAME
         audio = state.speech.read(start, vectors.shape[0] * SAMPLES_PER_FRAME).view(-1, SAMPLES_PER_FRAME)
         state.speech.discard_before(start + audio.numel())
         with state.lock:
             state.backlog += vectors.shape[0]
-        return RenderJob(state, state.epoch, first, motion, audio, ready)
+        return RenderJob(state, state.epoch, first, None, audio, ready), vectors
+
+    def _stitch_round(self, streams: list[StreamState], released: list[tuple[RenderJob, Tensor]]) -> list[RenderJob]:
+        """Stitch every stream's released frames of a round as one batch; the jobs with their motion."""
+        if not released:
+            return []
+        slots = {state.id: slot for slot, state in enumerate(streams)}
+        chunks = [StitchChunk(slots[job.stream.id], job.first_frame, vectors, job.stream.motion.reference)
+                  for job, vectors in released]
+        try:
+            motions = self.stitcher.stitch([state.stitch for state in streams], chunks)
+        except DittoError as error:
+            for job, _ in released:
+                self._fail(job.stream, error)
+            return []
+        return [replace(job, motion=motion) for (job, _), motion in zip(released, motions)]
 
     def _fail(self, state: StreamState, error: BaseException) -> None:
         log.warning("Ditto live stream %d failed: %s", state.id, error)
@@ -793,15 +818,18 @@ class EngineRenderer:
             )
         return self._engines[size]
 
-    def warm_up(self, source: SourceInfo) -> None:
-        """Compile (or load from the compile cache) every ladder size before streams arrive, in both
-        forms: one feature volume shared by the batch, and one volume per frame (several avatars)."""
+    def warm_up(self, source: SourceInfo, per_frame_volumes: bool = True) -> None:
+        """Compile (or load from the compile cache) every ladder size before streams arrive: the form
+        with one feature volume shared by the batch (an image avatar's streams), and, with
+        ``per_frame_volumes``, the one with a volume per frame (a video avatar, or several avatars
+        in one round). A form left out compiles when a round first needs it."""
         with torch.inference_mode():
             kp = source.motion.kp[:1].reshape(1, -1, 3).to(self.models.device, torch.float32)
             for size in self.ladder:
                 engine = self.engine(size)
                 kp_batch = kp.expand(size, -1, -1)
-                for volumes in (source.f_s[:1], source.f_s[:1].expand(size, *source.f_s.shape[1:])):
+                forms = [source.f_s[:1]] + [source.f_s[:1].expand(size, *source.f_s.shape[1:])] * per_frame_volumes
+                for volumes in forms:
                     engine.render_batch(volumes, kp_batch, kp_batch)
 
     def render(self, jobs: list[RenderJob]) -> list[Tensor]:

@@ -445,7 +445,7 @@ def run(args: argparse.Namespace) -> int:
             avatars.publish(name, pipeline, pipeline.register(frames, registration, is_image=is_image, name=str(path)))
         if avatar_specs:  # record the graphs and compile the engines before the first client
             runtime, source = avatars.open(avatar_specs[0][0])
-            runtime.warm_up(source, MotionOptions())
+            runtime.warm_up(source, MotionOptions(), several_avatars=len(avatar_specs) > 1)
         app = create_app(avatars, token=args.token)
         print(f"Ditto live: serving http://{args.host}:{args.port}{PREFIX} (avatars: {', '.join(avatars.ids()) or 'none'})",
               flush=True)

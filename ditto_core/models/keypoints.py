@@ -7,10 +7,12 @@ diffuses the same quantities packed into one 265-wide vector.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, fields
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 NUM_KP = 21
@@ -23,6 +25,15 @@ MOTION_DIM = 265
 """Width of the packed motion vector: scale-1 (1), pitch/yaw/roll bins (3x66), t (3), exp (63)."""
 
 _PACK_ORDER = (("scale", 1), ("pitch", NUM_BINS), ("yaw", NUM_BINS), ("roll", NUM_BINS), ("t", 3), ("exp", 3 * NUM_KP))
+
+
+def _columns() -> dict[str, slice]:
+    stops = itertools.accumulate(width for _, width in _PACK_ORDER)
+    return {name: slice(stop - width, stop) for (name, width), stop in zip(_PACK_ORDER, stops)}
+
+
+MOTION_COLUMNS = _columns()
+"""Columns of each part in a packed motion vector, in packing order (``scale`` holds scale - 1)."""
 
 
 @dataclass
@@ -69,13 +80,18 @@ def rotation_matrix(pitch: Tensor, yaw: Tensor, roll: Tensor) -> Tensor:
     LivePortrait composes ``Rz(roll) @ Ry(yaw) @ Rx(pitch)`` and applies it to row vectors,
     hence the transpose.
     """
-    x, y, z = (a * (math.pi / 180) for a in (pitch, yaw, roll))
-    one, zero = torch.ones_like(x), torch.zeros_like(x)
-    rot_x = torch.stack([one, zero, zero, zero, x.cos(), -x.sin(), zero, x.sin(), x.cos()], -1)
-    rot_y = torch.stack([y.cos(), zero, y.sin(), zero, one, zero, -y.sin(), zero, y.cos()], -1)
-    rot_z = torch.stack([z.cos(), -z.sin(), zero, z.sin(), z.cos(), zero, zero, zero, one], -1)
-    shape = x.shape + (3, 3)
-    rot = rot_z.reshape(shape) @ rot_y.reshape(shape) @ rot_x.reshape(shape)
+    radians = torch.stack([pitch, yaw, roll], -1) * (math.pi / 180)
+    sin = radians.sin()
+    # Each function once for all three angles, and the three matrices in one stack: each op is a
+    # kernel launch on a GPU, and a live round poses only a few frames.
+    (cx, cy, cz), (sx, sy, sz), (nx, ny, nz) = (v.unbind(-1) for v in (radians.cos(), sin, -sin))
+    one, zero = torch.ones_like(cx), torch.zeros_like(cx)
+    rot_x, rot_y, rot_z = torch.stack([
+        one, zero, zero, zero, cx, nx, zero, sx, cx,
+        cy, zero, sy, zero, one, zero, ny, zero, cy,
+        cz, nz, zero, sz, cz, zero, zero, zero, one,
+    ], -1).unflatten(-1, (3, 3, 3)).unbind(-3)
+    rot = rot_z @ rot_y @ rot_x
     return rot.transpose(-1, -2)
 
 
@@ -90,8 +106,7 @@ def transform_keypoint(
     n = kp.shape[0]
     rot = rotation_matrix(pitch, yaw, roll)
     out = (kp.reshape(n, NUM_KP, 3) @ rot + exp.reshape(n, NUM_KP, 3)) * scale.reshape(n, 1, 1)
-    shift = torch.zeros_like(t)
-    shift[:, :2] = t[:, :2]
+    shift = F.pad(t[:, :2], (0, 1))  # (tx, ty, 0)
     return out + shift[:, None, :]
 
 
