@@ -205,6 +205,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=5.0, help="speech in the long-stream memory part")
     parser.add_argument("--quick", action="store_true",
                         help="tiny CPU smoke run of the script itself (frames are noise, warp+decode is skipped)")
+    parser.add_argument("--stitch-graphs", action="store_true",
+                        help="replay each round's stitching from CUDA graphs (LiveRuntime(stitch_graphs=True))")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     if args.quick:
@@ -221,7 +223,8 @@ def main() -> None:
             pipeline.hubert = HubertFeatureExtractor(args.hubert, device)
         frames, is_image = load_source(args.avatar)
         source = pipeline.register(frames, RegistrationOptions(detect_face=args.models is not None), is_image=is_image)
-        runtime = LiveRuntime(pipeline, max_streams=max(args.streams), renderer=_NoiseRenderer() if args.quick else None)
+        runtime = LiveRuntime(pipeline, max_streams=max(args.streams), renderer=_NoiseRenderer() if args.quick else None,
+                              stitch_graphs=args.stitch_graphs)
         options = MotionOptions(steps=args.steps, sampler_precision=args.lmdm_precision,
                                 sampler_compile=not args.no_lmdm_compile and compile_ok)
         config = StreamConfig(output=args.output, max_size=args.max_size, idle=False)
@@ -232,6 +235,7 @@ def main() -> None:
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "torch": torch.__version__, "precision": args.precision, "steps": args.steps,
             "lmdm_precision": args.lmdm_precision, "lmdm_compile": options.sampler_compile,
+            "stitch_graphs": args.stitch_graphs,
             "hubert": str(args.hubert or "stand-in"), "hubert_provider": runtime.hubert.execution_provider,
             "output": args.output, "frame_size": list(config.frame_size(*source.frames.shape[1:3])),
             "setup_s": round(loaded - setup, 1), "warm_up_s": round(time.monotonic() - loaded, 1),

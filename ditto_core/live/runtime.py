@@ -186,12 +186,16 @@ class LiveRuntime:
         sampler_factory: the window sampler for a stream's options (default: a
             :class:`DDIMSampler` per setting, owned by the runtime); streams with the same
             sampler have their windows batched.
+        stitch_graphs: replay each round's stitching from a CUDA graph, recorded again whenever
+            the open streams change. Off by default: those recordings happen while streams are
+            served, and the one H200 run with them on faulted once four streams opened
+            (docs/LIVE.md); the batched eager stitching is the default.
     """
 
     def __init__(
         self, pipeline, max_streams: int = 4, renderer: Optional[FrameRenderer] = None, encoder_threads: int = 4,
         compile: Optional[bool] = None, batch_ladder: tuple[int, ...] = BATCH_LADDER,
-        sampler_factory: Optional[Callable[[MotionOptions], DDIMSampler]] = None,
+        sampler_factory: Optional[Callable[[MotionOptions], DDIMSampler]] = None, stitch_graphs: bool = False,
     ) -> None:
         if not (isinstance(max_streams, int) and max_streams >= 1):
             raise InputError(f"max_streams must be a positive integer, got {max_streams!r}.")
@@ -209,7 +213,7 @@ class LiveRuntime:
         if sampler_factory is not None:
             self.sampler = sampler_factory
         self.hubert_windows = LiveWindowEncoder(self.hubert)
-        self.stitcher = RoundStitcher(models.stitch_network, self.device)
+        self.stitcher = RoundStitcher(models.stitch_network, self.device, cuda_graphs=stitch_graphs)
         with torch.inference_mode():
             silent = torch.zeros(self.hubert.window.num_samples)
             self._silence_window = self.hubert.encode_window(silent)  # (5, 1024): every all-zero window's
@@ -830,7 +834,10 @@ class EngineRenderer:
                 kp_batch = kp.expand(size, -1, -1)
                 forms = [source.f_s[:1]] + [source.f_s[:1].expand(size, *source.f_s.shape[1:])] * per_frame_volumes
                 for volumes in forms:
-                    engine.render_batch(volumes, kp_batch, kp_batch)
+                    # Twice: torch.compile's CUDA graphs run eagerly at a graph's first call and are
+                    # recorded at its second, which must happen here, not while streams are served.
+                    for _ in range(2):
+                        engine.render_batch(volumes, kp_batch, kp_batch)
 
     def render(self, jobs: list[RenderJob]) -> list[Tensor]:
         f_s, kp_s, kp_d = [], [], []
