@@ -4,6 +4,10 @@ The parity kit lives in ``shared/reference`` beside the checkout (``../shared``)
 ``DITTO_SHARED`` to point elsewhere. Checkpoints are written once per session by the kit's
 ``make_checkpoints.py --seed 0`` (about 10 s); set ``DITTO_TEST_CKPT_DIR`` to reuse a folder
 that already holds them (their content digests are still checked by the loader tests).
+
+On a CPU-only machine the suite runs in two pytest-xdist worker processes (``-n auto`` in
+pyproject.toml, see ``pytest_xdist_auto_num_workers``), a test file per worker at a time;
+``-n 0`` runs it in this process.
 """
 from __future__ import annotations
 
@@ -17,10 +21,24 @@ from pathlib import Path
 import pytest
 import torch
 
+from ditto_core.atomic_files import folder_lock
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1", ... in a worker process
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+MAX_WORKERS = 2  # the suite is measured with two (the CI machine has two cores)
 # The pack's per-user caches (mapped HuBERT weights, compiled kernels) go to a folder of this
-# run, not to the user's ~/.cache; subprocesses of the tests inherit it.
+# run, not to the user's ~/.cache; subprocesses of the tests inherit it. Workers inherit the
+# controller's folder and take a subfolder each: no test sees another's cache entries appear.
 os.environ.setdefault("XDG_CACHE_HOME", tempfile.mkdtemp(prefix="ditto-test-cache-"))
+if XDIST_WORKER:
+    os.environ["XDG_CACHE_HOME"] = os.path.join(os.environ["XDG_CACHE_HOME"], XDIST_WORKER)
+    # Each worker gets its share of the cores, for its own torch and for the processes it
+    # starts. More threads than cores makes OpenMP's threads wait on each other: small tensor
+    # operations then run many times slower.
+    _threads = max(1, CORES // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    os.environ["OMP_NUM_THREADS"] = str(_threads)
+    torch.set_num_threads(_threads)
 SHARED = Path(os.environ.get("DITTO_SHARED", REPO_ROOT.parent / "shared"))
 REFERENCE = SHARED / "reference"
 EXAMPLE = SHARED / "data" / "ditto_example"
@@ -32,6 +50,19 @@ OFFICIAL_FILES = (
     "stitch_network.pth",
     "lmdm_v0.4_hubert.pth",
 )
+
+
+def pytest_xdist_auto_num_workers(config):
+    """Workers for ``-n auto``: two on a CPU-only machine with two cores or more (most of the
+    suite's time is one-core work: imports, Inductor's code generation, child processes). None
+    (this process) where CUDA is available (the GPU tests measure one device's memory and time),
+    for ``--collect-only`` (``tests/reliability_table.py`` collects in its own process) and for
+    one test file (a file's tests stay in one worker: a second would only start and stop)."""
+    files = {arg.split("::")[0] for arg in config.args}
+    one_file = len(files) == 1 and next(iter(files)).endswith(".py")
+    if config.option.collectonly or one_file or torch.cuda.is_available() or CORES < 2:
+        return 0
+    return MAX_WORKERS
 
 
 def pytest_collection_modifyitems(config, items):
@@ -70,9 +101,19 @@ def example_dir() -> Path:
 def official_ckpt_dir(reference_dir, tmp_path_factory) -> Path:
     """A folder holding the six official checkpoint files with seed-0 random weights."""
     given = os.environ.get("DITTO_TEST_CKPT_DIR")
-    if given and all((Path(given) / f).is_file() for f in OFFICIAL_FILES):
-        return Path(given)
-    out = Path(given) if given else tmp_path_factory.mktemp("ditto_ckpt_seed0")
+    if given:
+        out = Path(given)
+    elif XDIST_WORKER:  # one folder for the run's workers (their base folders share a parent)
+        out = tmp_path_factory.getbasetemp().parent / "ditto_ckpt_seed0"
+    else:
+        out = tmp_path_factory.mktemp("ditto_ckpt_seed0")
+    with folder_lock(out):  # the first worker writes them, the other waits and reuses them
+        if not all((out / f).is_file() for f in OFFICIAL_FILES):
+            _make_checkpoints(reference_dir, out)
+    return out
+
+
+def _make_checkpoints(reference_dir: Path, out: Path) -> None:
     made = subprocess.run(
         [sys.executable, str(reference_dir / "make_checkpoints.py"), "--out", str(out), "--seed", "0"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -85,7 +126,6 @@ def official_ckpt_dir(reference_dir, tmp_path_factory) -> Path:
         warnings.warn(f"make_checkpoints.py: {made.stderr.strip() or 'digest mismatch'}; testing on these files")
     elif made.returncode != 0:
         pytest.fail(f"make_checkpoints.py failed (status {made.returncode}): {made.stderr.strip()}")
-    return out
 
 
 @pytest.fixture(scope="session")

@@ -91,12 +91,12 @@ def test_fades_and_the_serial_setting_take_the_whole_clip_path(pipeline, image_s
         assert not isinstance(motion, MotionAhead)
 
 
-def _slow_rows(expected: MotionSequence, pause: float, fail_after: int = -1):
-    """A window chain that settles 60 rows at a time, ``pause`` seconds apart (rows are the
-    stitched motion's own vectors here: only the waiting is under test)."""
+def _slow_rows(frames: int, pause: float, fail_after: int = -1):
+    """A window chain of ``frames`` rows that settles 60 rows at a time, ``pause`` seconds apart
+    (the rows are zero vectors, no sampled motion: only the waiting is under test)."""
     def rows():
-        vectors = torch.zeros(len(expected), 265)
-        for k, ready in enumerate([*range(60, len(expected), 60), len(expected)]):
+        vectors = torch.zeros(frames, 265)
+        for k, ready in enumerate([*range(60, frames, 60), frames]):
             time.sleep(pause)
             if k == fail_after:
                 raise RuntimeError("the sampler broke")
@@ -114,9 +114,8 @@ def test_the_render_waits_for_rows_and_matches_the_whole_clip_render(pipeline, i
 
     # A worker slower than the render: every batch waits for its rows, none reads unset ones.
     plain = replace(options, delta_eye_open_n=-1)
-    reference = pipeline.motion(image_source, _features(), plain)
     seen = []
-    with start_motion_ahead(_slow_rows(reference, 0.02), FRAMES, image_source, pipeline.models.stitch_network,
+    with start_motion_ahead(_slow_rows(FRAMES, 0.02), FRAMES, image_source, pipeline.models.stitch_network,
                             pipeline.with_blink_table(plain)) as motion:
         original = motion.wait_rows
 
@@ -133,12 +132,11 @@ def test_the_render_waits_for_rows_and_matches_the_whole_clip_render(pipeline, i
 
 def test_a_worker_failure_is_raised_in_the_render_and_leaves_no_file(pipeline, image_source, tmp_path):
     options = MotionOptions(steps=2)
-    reference = pipeline.motion(image_source, _features(), options)
     out = tmp_path / "clip.mp4"
     from ditto_core.video.writer import VideoWriter
 
     with pytest.raises(RuntimeError, match="the sampler broke"):
-        with start_motion_ahead(_slow_rows(reference, 0.0, fail_after=2), FRAMES, image_source,
+        with start_motion_ahead(_slow_rows(FRAMES, 0.0, fail_after=2), FRAMES, image_source,
                                 pipeline.models.stitch_network, pipeline.with_blink_table(options)) as motion:
             with VideoWriter(out, width=128, height=128, fps=25) as writer:
                 for frames in pipeline.iter_frames(image_source, motion):

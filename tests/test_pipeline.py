@@ -39,8 +39,10 @@ def test_cli_without_models_names_every_file(tmp_path, example_dir, capsys):
 def test_random_weights_render_end_to_end(tmp_path, example_dir):
     image, audio = _example(example_dir)
     out = tmp_path / "smoke.mp4"
+    # Two diffusion steps: the motion's values are not under test, only that every stage runs.
     code = main(["render", "--image", str(image), "--audio", str(audio), "--out", str(out), "--random-weights",
-                 "--device", "cpu", "--max-seconds", "0.2", "--preset", "ultrafast", "--lmdm-precision", "bf16"])
+                 "--device", "cpu", "--max-seconds", "0.2", "--preset", "ultrafast", "--lmdm-precision", "bf16",
+                 "--steps", "2"])
     assert code == 0
     with av.open(str(out)) as container:
         frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
@@ -60,7 +62,7 @@ def test_interrupted_render_leaves_nothing(pipeline, tmp_path, example_dir):
     source = pipeline.register(frames, RegistrationOptions(detect_face=False), is_image=True)
     waveform = 0.1 * torch.randn(1, 16000 * 4 // 25 * 3, generator=torch.Generator().manual_seed(0))
     features = pipeline.audio_features(waveform, 16000)
-    motion = pipeline.motion(source, features, MotionOptions())
+    motion = pipeline.motion(source, features, MotionOptions(steps=2))  # any motion: the render is under test
 
     def cancel(done, total):
         raise Interrupted("cancelled by the test")
@@ -80,9 +82,9 @@ def test_stage_outputs_stay_on_the_pipeline_device(pipeline, example_dir):
     waveform = 0.1 * torch.randn(2, 48000 // 5, generator=torch.Generator().manual_seed(1))  # 0.2 s stereo 48 kHz
     features = pipeline.audio_features(waveform, 48000)
     assert features.features.shape == (5, 1024)
-    motion = pipeline.motion(source, features, MotionOptions(steps=5, seed=3))
-    again = pipeline.motion(source, features, MotionOptions(steps=5, seed=3))
-    other = pipeline.motion(source, features, MotionOptions(steps=5, seed=4))
+    motion = pipeline.motion(source, features, MotionOptions(steps=2, seed=3))
+    again = pipeline.motion(source, features, MotionOptions(steps=2, seed=3))
+    other = pipeline.motion(source, features, MotionOptions(steps=2, seed=4))
     assert motion.kp_driving.shape == (5, 21, 3) and motion.source_index.tolist() == [0] * 5
     assert torch.equal(motion.kp_driving, again.kp_driving), "same seed, same motion"
     assert not torch.equal(motion.kp_driving, other.kp_driving)

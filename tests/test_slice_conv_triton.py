@@ -29,11 +29,16 @@ INTERPRETED = """
     slices = volume.transpose(1, 2).flatten(0, 1)
     weight = (torch.randn(37, 44, 7, 5, generator=g) / 40).half()
     want = F.conv2d(slices.float(), weight.float(), padding=(3, 2))
-    tiles = {}
+    tiles, by_blocks = {}, {}
     # The benchmark's candidate tiles too: their timings must be of the same convolution.
     for tile in [*CONFIGS, *(tile_config(*shape) for shape in CANDIDATE_TILES)]:
-        got = slice_conv_nhwc(slices.permute(0, 2, 3, 1), weight, tile=tile).permute(0, 3, 1, 2)
-        tiles[str(tile)] = [rel(got, want), str(got.dtype), list(got.shape)]
+        # The interpreter runs a program as whole-block numpy: warps and stages change nothing
+        # there, so tiles with the same block sizes are one run (a few seconds each).
+        blocks = json.dumps(tile.kwargs, sort_keys=True)
+        if blocks not in by_blocks:
+            got = slice_conv_nhwc(slices.permute(0, 2, 3, 1), weight, tile=tile).permute(0, 3, 1, 2)
+            by_blocks[blocks] = [rel(got, want), str(got.dtype), list(got.shape)]
+        tiles[str(tile)] = by_blocks[blocks]
     # More output channels than one program covers (several programs along N, as for the
     # depth taps of a 3x3x3 conv with 64 or 144 outputs).
     wide = (torch.randn(170, 44, 3, 3, generator=g) / 20).half()
@@ -52,7 +57,7 @@ INTERPRETED = """
 
 def test_kernel_computes_the_conv_for_every_tile_in_the_interpreter():
     result = run_interpreted(INTERPRETED)
-    assert len(result["tiles"]) == result["tile_count"] >= 2  # every tile ran, none shadowed another
+    assert len(result["tiles"]) == result["tile_count"] >= 2  # every tile checked, none shadowed another
     for tile, (error, dtype, shape) in result["tiles"].items():
         # Inputs are exact in half precision; what is left is the float16 output's rounding.
         assert error < 1e-3, tile
