@@ -247,10 +247,11 @@ def test_x264_threads_run_below_the_thread_that_opens_them(tmp_path):
     with VideoWriter(tmp_path / "w.mp4", width=64, height=64, preset="ultrafast", threads=3) as writer:
         assert set(_x264_levels(before)) == {level}, "by default x264 runs level with the caller"
         writer.write(frames)
-    for bad in (-1, 20, 1.5):
+    for bad, encoders in ((-1, 1), (20, 1), (1.5, 1), (-1, 2), (True, 2)):
         with pytest.raises(InputError, match="nice"):
-            VideoWriter(tmp_path / "bad.mp4", width=64, height=64, nice=bad)
-    assert not (tmp_path / "bad.mp4").exists()
+            VideoWriter(tmp_path / "bad.mp4", width=64, height=64, nice=bad, encoders=encoders)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{n}.mp4" for n in ("n7", "n0", "w")), \
+        "a refused writer leaves nothing"
 
 
 def test_parallel_segments_open_at_the_writers_nice(tmp_path, monkeypatch):

@@ -832,7 +832,9 @@ class EngineRenderer:
             for size in self.ladder:
                 engine = self.engine(size)
                 kp_batch = kp.expand(size, -1, -1)
-                forms = [source.f_s[:1]] + [source.f_s[:1].expand(size, *source.f_s.shape[1:])] * per_frame_volumes
+                forms = [source.f_s[:1]]
+                if per_frame_volumes:
+                    forms.append(source.f_s[:1].expand(size, *source.f_s.shape[1:]))
                 for volumes in forms:
                     # Twice: torch.compile's CUDA graphs run eagerly at a graph's first call and are
                     # recorded at its second, which must happen here, not while streams are served.

@@ -94,6 +94,7 @@ core (docs/ENCODING.md)."""
 RENDER_BOUND_PRESETS = frozenset({"ultrafast", "superfast"})
 """Presets at which one x264 instance encodes faster than an H200 renders 1080x1920."""
 
+
 def default_threads(preset: str, cpu_count: Optional[int] = None) -> int:
     """Frame threads of one x264 instance when none are given: at :data:`RENDER_BOUND_PRESETS`
     on hosts of 8 cores or more, all cores but :data:`RENDER_RESERVED_CORES`; otherwise 0
@@ -112,6 +113,12 @@ def check_encoder_options(crf: int, preset: str) -> None:
         raise InputError(f"VideoWriter: crf must be an integer in [0, 51] (18 is visually lossless), got {crf!r}")
     if preset not in X264_PRESETS:
         raise InputError(f"VideoWriter: preset must be one of {', '.join(X264_PRESETS)}; got {preset!r}")
+
+
+def check_nice(nice: int) -> None:
+    """Raise :class:`InputError` unless ``nice`` is a priority drop x264's threads can take (0 to 19)."""
+    if not (isinstance(nice, int) and not isinstance(nice, bool) and 0 <= nice <= 19):
+        raise InputError(f"VideoWriter: nice must be an integer in [0, 19] (levels below the caller), got {nice!r}")
 
 
 @dataclass(frozen=True)
@@ -395,8 +402,7 @@ class SegmentEncoder:
     ) -> None:
         if not (isinstance(first_frame, int) and first_frame >= 0):
             raise InputError(f"SegmentEncoder: first_frame must be a non-negative integer, got {first_frame!r}")
-        if not (isinstance(nice, int) and not isinstance(nice, bool) and 0 <= nice <= 19):
-            raise InputError(f"SegmentEncoder: nice must be an integer in [0, 19] (levels below the caller), got {nice!r}")
+        check_nice(nice)
         if audio is not None and first_frame:
             raise InputError("SegmentEncoder: only a file starting at frame 0 can carry the audio; join segments "
                              "with join_segments(..., audio=...) instead")

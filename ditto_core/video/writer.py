@@ -40,7 +40,7 @@ from ..host_memory import trim_host_heap
 from .colour import pad_to_even, rgb_to_yuv420p
 from .encoder import (
     X264_PRESETS, EncoderSettings, Mp4Joiner, Segment, SegmentEncoder, Waveform, check_encoder_options,
-    check_frames, DEFAULT_ENCODERS, default_preset, default_threads, usable_cores,
+    check_frames, check_nice, DEFAULT_ENCODERS, default_preset, default_threads, usable_cores,
 )
 
 __all__ = ["VideoWriter", "X264_PRESETS", "check_encoder_options", "DEFAULT_ENCODERS", "default_preset",
@@ -155,6 +155,7 @@ class VideoWriter:
                             ("queue_frames", queue_frames), ("expected_frames", expected_frames)):
             if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
                 raise InputError(f"VideoWriter: {name} must be a positive integer, got {value!r}")
+        check_nice(nice)  # here, not only in the encoders: parallel segments open theirs later, in threads
         settings = EncoderSettings(width, height, fps, crf, default_preset(cores) if preset is None else preset)
         parallel = encoders > 1
         if parallel:
