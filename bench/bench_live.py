@@ -17,6 +17,7 @@ time in 20 ms chunks. Parts:
   frames short of real time, stalls; ``max_realtime_streams`` is the largest N with p95 <=
   200 ms and no drops;
 * ``av_sync``: every frame's audio slice against the pushed speech (offset in samples);
+* ``profile`` (with ``--profile DIR``): a 3-s stream under torch.profiler, its trace in DIR;
 * ``long_stream``: one stream for ``--minutes`` of speech pushed as fast as it is animated:
   host RSS and GPU memory sampled along the way, and their drift.
 """
@@ -118,6 +119,23 @@ def one_stream(runtime, source, options, config, seconds):
             "first_frame_latency_ms": 1000 * stats["first_frame_latency_s"], "goal_p95_ms": 25}
 
 
+def profile_stream(runtime, source, options, config, out_dir: Path):
+    """One real-time stream of 3 s under torch.profiler: a Chrome trace (where a chunk's time goes
+    between the two worker threads and the GPU) and the busiest kernels, in ``out_dir``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=activities) as prof:
+        _, stats = asyncio.run(_run_stream(runtime, source, options, config, _speech(3.0, seed=3)))
+    trace = out_dir / "live_profile_trace.json"
+    prof.export_chrome_trace(str(trace))
+    sort = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
+    (out_dir / "live_profile_kernels.txt").write_text(prof.key_averages().table(sort_by=sort, row_limit=40))
+    return {"trace": str(trace), "chunk_latency_p50_ms": 1000 * stats["chunk_latency_p50_s"],
+            "chunk_latency_p95_ms": 1000 * stats["chunk_latency_p95_s"]}
+
+
 def concurrency(runtime, source, options, config, counts, seconds):
     levels = []
     for n in counts:
@@ -207,6 +225,8 @@ def main() -> None:
                         help="tiny CPU smoke run of the script itself (frames are noise, warp+decode is skipped)")
     parser.add_argument("--stitch-graphs", action="store_true",
                         help="replay each round's stitching from CUDA graphs (LiveRuntime(stitch_graphs=True))")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="folder for a profiled 3-s stream (Chrome trace, kernel table), after av_sync")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     if args.quick:
@@ -245,6 +265,7 @@ def main() -> None:
             "first_frame": lambda: first_frame(runtime, source, options, config),
             "one_stream": lambda: one_stream(runtime, source, options, config, 4 * args.seconds / 3),
             "av_sync": lambda: av_sync(runtime, source, options, config),
+            **({"profile": lambda: profile_stream(runtime, source, options, config, args.profile)} if args.profile else {}),
             "concurrency": lambda: concurrency(runtime, source, options, config, args.streams, args.seconds),
             "long_stream": lambda: long_stream(runtime, source, options, config, args.minutes),
         }
