@@ -489,6 +489,27 @@ def test_mapped_weights_are_kept_for_the_next_process_and_remapped_when_the_file
     assert len(mapped) == 2  # the rewritten entry serves again
 
 
+def test_the_weight_cache_can_be_written_while_the_process_goes_on(tmp_path, caplog):
+    from ditto_core.models import hubert_weight_cache
+    from ditto_core.process_exit import wait_for_background
+
+    onnx_path = export_hubert_onnx(random_hubert(SMALL, seed=4), tmp_path / "hubert.onnx")
+    cache = tmp_path / "cache"
+    config, state = hubert_weight_cache.cached_hubert_weights(onnx_path, cache, write_in_background=True)
+    assert config == read_hubert_onnx(onnx_path)[0]
+    assert wait_for_background(timeout=60)
+    again_config, again = hubert_weight_cache.cached_hubert_weights(onnx_path, cache)
+    assert again_config == config and all(torch.equal(again[k], state[k]) for k in state)
+    assert [p.name for p in cache.iterdir()] == [next(cache.glob("*.safetensors")).name]  # no temporaries left
+    # A background write that fails is a warning, as in the foreground.
+    blocked = tmp_path / "not_a_folder"
+    blocked.write_text("a file where the cache folder would go")
+    with caplog.at_level(logging.WARNING):
+        hubert_weight_cache.cached_hubert_weights(onnx_path, blocked, write_in_background=True)
+        assert wait_for_background(timeout=60)
+    assert "could not keep the mapped HuBERT weights" in caplog.text
+
+
 def test_an_unwritable_weight_cache_only_costs_the_mapping(tmp_path, caplog):
     from ditto_core.models import hubert_weight_cache
 

@@ -23,6 +23,18 @@ def test_exit_now_keeps_status_and_output_and_skips_teardown():
     assert "teardown ran" not in done.stdout + done.stderr
 
 
+def test_exit_now_lets_background_work_finish_and_logs_its_failures(tmp_path):
+    done_file = tmp_path / "written"
+    code = ("import time; from pathlib import Path; from ditto_core.process_exit import exit_now, in_background; "
+            f"in_background(lambda: (time.sleep(0.5), Path({str(done_file)!r}).write_text('complete')), 'slow'); "
+            "in_background(lambda: 1 / 0, 'broken'); "
+            "exit_now(0)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0
+    assert done_file.read_text() == "complete"  # the exit waited for it
+    assert "background task broken failed" in done.stderr and "ZeroDivisionError" in done.stderr
+
+
 @pytest.mark.slow
 def test_cli_render_process_ends_with_its_mp4_complete(tmp_path):
     image, audio = _tiny_clip(tmp_path)

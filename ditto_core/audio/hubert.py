@@ -274,7 +274,8 @@ class HubertFeatureExtractor:
         from ..models.hubert_weight_cache import load_cached_hubert
 
         precision = precision or (DEFAULT_CUDA_PRECISION if self.device.type == "cuda" else "fp32")
-        model = load_cached_hubert(path, self.device, PRECISIONS[precision])
+        # The cache entry serves later processes: this one renders while it is written.
+        model = load_cached_hubert(path, self.device, PRECISIONS[precision], write_in_background=True)
         if model.config.hidden_size != HUBERT_DIM:
             raise CheckpointError(f"{str(path)!r} is a HuBERT {model.config.hidden_size} wide; Ditto's is "
                                   f"{HUBERT_DIM} wide. {_DOWNLOAD_HINT}.")

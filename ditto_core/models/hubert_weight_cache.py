@@ -8,6 +8,11 @@ from there afterwards, one entry per ONNX file. An entry is used only when that 
 path, size, modification time and the hashes of its first and last MiB) and the format version
 match; anything else, a damaged entry included, is mapped again from the ONNX file. A cache that
 cannot be written (read-only, disk full) only costs the next process the mapping again.
+
+Writing the entry (1.26 GB, seconds) serves later processes only, so the process that mapped the
+file may hand it to a background task (``write_in_background``) and go on with its clip; the
+writer releases the GIL, and a one-shot process's exit waits for it
+(:func:`~ditto_core.process_exit.exit_now`).
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from typing import Optional, Union
 import torch
 
 from ..atomic_files import atomic_write
+from ..process_exit import in_background
 from ..user_cache import user_cache_dir
 from .hubert import Hubert, HubertConfig
 from .hubert_onnx_weights import build_hubert, read_hubert_onnx
@@ -47,19 +53,23 @@ def fingerprint(onnx_path: Path) -> str:
 
 def load_cached_hubert(
     onnx_path: Union[str, os.PathLike], device: Union[str, torch.device] = "cpu",
-    dtype: torch.dtype = torch.float32, cache_dir: Optional[Path] = None,
+    dtype: torch.dtype = torch.float32, cache_dir: Optional[Path] = None, write_in_background: bool = False,
 ) -> Hubert:
     """:func:`~.hubert_onnx_weights.load_hubert_onnx` through the cache (``None``: the user's)."""
-    config, state = cached_hubert_weights(onnx_path, cache_dir)
+    config, state = cached_hubert_weights(onnx_path, cache_dir, write_in_background)
     return build_hubert(config, state, onnx_path, device, dtype)
 
 
 def cached_hubert_weights(
-    onnx_path: Union[str, os.PathLike], cache_dir: Optional[Path] = None
+    onnx_path: Union[str, os.PathLike], cache_dir: Optional[Path] = None, write_in_background: bool = False,
 ) -> tuple[HubertConfig, dict[str, torch.Tensor]]:
-    """The configuration and state dict of ``onnx_path``, from the cache when it holds them."""
+    """The configuration and state dict of ``onnx_path``, from the cache when it holds them.
+
+    On a miss the entry is written before returning, or with ``write_in_background`` by a
+    :func:`~ditto_core.process_exit.in_background` task while the caller goes on.
+    """
     from safetensors import safe_open
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
     cache_dir = Path(cache_dir) if cache_dir is not None else user_cache_dir("hubert")
     key = fingerprint(Path(onnx_path))
@@ -79,14 +89,23 @@ def cached_hubert_weights(
     config, state = read_hubert_onnx(onnx_path)
     meta = {"format": FORMAT, "fingerprint": key, "config": json.dumps(dataclasses.asdict(config)),
             "source": str(Path(onnx_path).resolve())}
+    if write_in_background:
+        in_background(lambda: _write_entry(entry, state, meta), "hubert-weight-cache")
+    else:
+        _write_entry(entry, state, meta)
+    return config, state
+
+
+def _write_entry(entry: Path, state: dict[str, torch.Tensor], meta: dict[str, str]) -> None:
+    from safetensors.torch import save_file
+
     try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
+        entry.parent.mkdir(parents=True, exist_ok=True)
         tensors = {name: tensor.contiguous() for name, tensor in state.items()}
         atomic_write(entry, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
     except (OSError, RuntimeError) as err:  # read-only or full disk: the mapping still serves this process
         log.warning("could not keep the mapped HuBERT weights in %s (%s); the next start maps them again",
-                    cache_dir, err)
-    return config, state
+                    entry.parent, err)
 
 
 def _config_from_json(text: str) -> HubertConfig:
