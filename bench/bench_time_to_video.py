@@ -83,7 +83,8 @@ def _child(args: argparse.Namespace) -> None:
     pipeline = DittoPipeline.from_model_dir(args.models, device, dtype, cache_dir=Path(args.cache_root) / "avatars",
                                             detect_face=False, compile=not args.no_compile, warmup=warmup,
                                             compile_min_frames=min_frames, motion_ahead=ahead)
-    pipeline.start_warmup()  # the compile thread (background), a cached AOT package's load (aot), else nothing
+    # The compile thread (background), a cached AOT package's load (aot), the eager path's priming.
+    pipeline.start_warmup(prime="-noprime" not in suffixes)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     times["load_models_s"] = time.time() - start
@@ -121,6 +122,7 @@ WARMUPS = ("cli", "foreground", "background", "aot")
 VARIANT_SUFFIXES = {
     "-ahead": "the motion generated ahead of the render (DittoPipeline motion_ahead)",
     "-lmdmfp32": "the LMDM sampled in fp32, the default before 'auto' (tf32 beside half-precision networks)",
+    "-noprime": "the engine's eager path not primed while the clip is prepared (before session 16)",
 }
 
 

@@ -227,6 +227,7 @@ def render_cli(args: argparse.Namespace, stream: TextIO = sys.stderr) -> Path:
             progress.status(f"loading the models from {args.models}")
             cache_dir = args.cache_dir or Path(args.models) / "cache"
             pipeline = DittoPipeline.from_model_dir(args.models, cache_dir=cache_dir, **common)
+        pipeline.start_warmup()  # the eager path primed while the avatar, audio and motion are made
         engine = pipeline.engine()
         progress.compiling = engine.will_compile
         out = pipeline.run(args.image, args.audio, args.out, registration, motion_options, crf=args.crf,

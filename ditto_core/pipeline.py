@@ -293,14 +293,19 @@ class DittoPipeline:
             self.models.warp_network, self.models.decoder, batch_size=key[0], compile=key[1], warmup=self.warmup,
             compile_min_frames=self.compile_min_frames))
 
-    def start_warmup(self) -> None:
-        """Start compiling the default engine's graph for an image source now, in the background.
+    def start_warmup(self, prime: bool = True) -> None:
+        """Get the default engine ready in the background while the first clip is prepared.
 
-        For a long-lived process (``warmup="background"``): called when the models load, the
-        compile overlaps what comes before the first render, which runs eagerly until the graph
-        is ready. Does nothing where the engine does not compile, or compiles in the foreground.
+        Called when the models load. ``warmup="background"``: the graph for an image source
+        compiles, overlapping what comes before the first render, which runs eagerly until it is
+        ready. Otherwise, with ``prime``, the eager path is run once on zeros
+        (:meth:`WarpDecodeEngine.prime`): a new process's first batches then find the CUDA
+        libraries loaded and their kernels chosen.
         """
-        self.engine().start_warmup()
+        engine = self.engine()
+        engine.start_warmup()
+        if prime and engine.warmup != "background":
+            engine.prime()
 
     def render_video(
         self, source: SourceInfo, motion: MotionSequence, out_path: Path | str,

@@ -323,6 +323,19 @@ def test_eager_fallback_is_announced_once(monkeypatch, caplog):
     ]
 
 
+def test_priming_runs_the_first_and_a_full_batch_eagerly_on_cuda_only_and_never_raises(monkeypatch, caplog):
+    warp, decoder = toy_networks()
+    engine = WarpDecodeEngine(warp, decoder, batch_size=8, compile=False)
+    engine.prime()
+    assert engine._prime is None  # on a CPU there is nothing to load ahead
+    engine._prime_eager()  # what the thread runs, run here
+    assert decoder.batch_sizes == [4, 8]  # the clip's first batch and a full one
+    monkeypatch.setattr(engine, "_forward", lambda *args: (_ for _ in ()).throw(RuntimeError("boom")))
+    with caplog.at_level(logging.INFO, logger=warp_decode.__name__):
+        engine._prime_eager()
+    assert "priming the eager path failed (RuntimeError: boom)" in caplog.text
+
+
 def test_out_of_memory_halves_batch_and_renders_every_frame_in_order(caplog):
     warp, decoder = toy_networks()
     source, motion = make_source(volumes(1)), make_motion(7)
@@ -519,6 +532,32 @@ def test_background_warmup_on_cuda_while_this_thread_captures_a_graph(gpu_networ
     assert engine.stats.graph_batches >= 1 and rel_l2(got, eager) < 1e-4
     print(f"background warm-up {engine.stats.compile_seconds:.1f} s; eager {engine.stats.eager_batches} batches, "
           f"graph {engine.stats.graph_batches}")
+
+
+@pytest.mark.gpu
+def test_priming_beside_a_graph_capture_changes_no_frame(gpu_networks):
+    """The CLI primes the eager path while the motion stage records the LMDM's CUDA graph on the
+    main thread; the clip then renders exactly as without priming, after the priming ended."""
+    warp, decoder = gpu_networks["warp_network"], gpu_networks["decoder"]
+    generator = torch.Generator().manual_seed(6)
+    source = make_source(torch.randn(1, 32, 16, 64, 64, generator=generator)).to("cuda")
+    kp = torch.randn(1, NUM_KP, 3, generator=generator) * 0.3
+    motion = MotionSequence(kp_source=kp.expand(6, -1, -1).cuda(),
+                            kp_driving=(kp + 0.02 * torch.randn(6, NUM_KP, 3, generator=generator)).cuda(),
+                            source_index=torch.zeros(6, dtype=torch.int64, device="cuda"))
+    plain = WarpDecodeEngine(warp, decoder, batch_size=4, compile=False).render(source, motion).images
+    engine = WarpDecodeEngine(warp, decoder, batch_size=4, compile_min_frames=10**6)  # a short clip: eager
+    engine.prime()
+    assert engine._prime is not None
+    x = torch.randn(64, 64, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        y = (x @ x).relu() @ x
+    graph.replay()
+    assert rel_l2(y, (x @ x).relu() @ x) < 1e-5
+    got = engine.render(source, motion).images
+    assert not engine._prime.is_alive() and engine.stats.graph_batches == 0
+    assert rel_l2(got, plain) < 1e-6
 
 
 # ------------------------------------------------------------------------- background warm-up

@@ -178,6 +178,7 @@ class WarpDecodeEngine(nn.Module):
         self.stats = EngineStats(compiled=ok, batch_size=self.batch_size, reason_eager=why, warmup=warmup)
         self._step: Optional[Callable[[Tensor, Tensor, Tensor], Tensor]] = None
         self._warmups: dict[tuple[bool, int], _Warmup] = {}  # (one shared volume, batch size) -> its compile
+        self._prime: Optional[threading.Thread] = None  # see prime()
         self.aot_cache = aot_cache or PackageCache()
         self._packages: dict[tuple[int, tuple[int, ...]], Optional[PackagedStep]] = {}  # (batch, f_s shape) ->
         self.aot_missing: list[tuple[int, ...]] = []  # "aot_cached": f_s shapes that found no package
@@ -233,6 +234,7 @@ class WarpDecodeEngine(nn.Module):
             raise InputError(
                 f"render_batch: f_s holds {f_s.shape[0]} volumes for {n} frames; pass one per frame or one shared"
             )
+        self._primed()
         graph = self._graph_ready(shared_volume=f_s.shape[0] == 1, volume_shape=tuple(f_s.shape[1:]))
         return self._render(f_s, kp_source, kp_driving, eager=not graph)
 
@@ -304,6 +306,38 @@ class WarpDecodeEngine(nn.Module):
                              daemon=True, name="ditto-engine-warmup").start()
         else:
             self._warm_up(warm, shared_volume, volume_shape)
+
+    def prime(self) -> None:
+        """Run the eager step once on zeros, on a thread of its own, while the caller prepares the clip.
+
+        A new process pays its first eager batch several times over: CUDA libraries load, cuDNN
+        picks its kernels for each shape, our Triton kernels load from their cache. Here that
+        happens beside the avatar, the audio features and the motion, at the shapes a clip's eager
+        batches use (the first batch and a full one). The first render waits for it, so two
+        batches never hold VRAM at once; without room for two batches nothing is primed. CUDA only,
+        once per engine; a failure is logged and shows again, properly reported, at the first batch.
+        """
+        if self.device.type != "cuda" or self._prime is not None or not self._room_for_two_batches():
+            return
+        self._prime = threading.Thread(target=self._prime_eager, daemon=True, name="ditto-engine-prime")
+        self._prime.start()
+
+    def _prime_eager(self) -> None:
+        try:
+            with torch.inference_mode(), short_gil_turns():
+                f_s = torch.zeros(1, *VOLUME_SHAPE, device=self.device, dtype=self.dtype)
+                for size in sorted({min(self.first_batch, self.batch_size), self.batch_size}):
+                    kp = torch.zeros(size, NUM_KP, 3, device=self.device)
+                    self._forward(*self._arguments(f_s, kp, kp, None, size))
+                if self.device.type == "cuda":  # the thread ends when the device work has run
+                    torch.cuda.current_stream(self.device).synchronize()
+        except Exception as error:  # an optimisation only: the first real batch reports it properly
+            log.info("Ditto warp+decode: priming the eager path failed (%s: %s)", type(error).__name__, error)
+
+    def _primed(self) -> None:
+        """Wait for :meth:`prime`'s thread, if one was started."""
+        if self._prime is not None:
+            self._prime.join()
 
     def _warm_up_in_background(self, warm: _Warmup, shared_volume: bool, volume_shape: tuple[int, ...]) -> None:
         with short_gil_turns():  # the rendering thread's torch ops would wait 5 ms a turn otherwise
@@ -423,6 +457,7 @@ class WarpDecodeEngine(nn.Module):
         stops rendering. Out of VRAM, the batch size is halved and the batch retried.
         """
         _check_motion(source, motion)
+        self._primed()
         total = len(motion)
         f_s = source.f_s.to(self.device, self.dtype)
         shared_volume = len(source) == 1
