@@ -179,8 +179,7 @@ def main() -> None:
                 for _ in range(1 if args.quick else REPEATS):
                     start = time.perf_counter()
                     with VideoWriter(path, width=settings.width, height=settings.height, fps=FPS, crf=args.crf,
-                                     preset=preset, encoders=layout.encoders, threads=layout.threads,
-                                     nice=layout.nice, queue_frames=layout.queue, audio=(wave, AUDIO_RATE),
+                                     preset=preset, **layout.writer_options(), audio=(wave, AUDIO_RATE),
                                      expected_frames=frames) as writer:
                         for out in frames_of_clip():
                             writer.write(out)
@@ -203,8 +202,12 @@ class Layout(NamedTuple):
 
     encoders: int
     threads: Optional[int] = None  # frame threads of each instance
-    nice: Optional[int] = None  # levels x264's threads run below the render thread
+    nice: Optional[int] = None  # levels x264's threads run below the render thread (the writer's default: 0)
     queue: Optional[int] = None  # frames the host pool holds between the render and x264
+
+    def writer_options(self) -> dict:
+        """The :class:`VideoWriter` arguments of this layout (what it leaves out, the writer's defaults)."""
+        return {"encoders": self.encoders, "threads": self.threads, "nice": self.nice or 0, "queue_frames": self.queue}
 
     @property
     def name(self) -> str:
