@@ -57,6 +57,7 @@ _TRITON_MODULES = """
     want = sample_volume(volume.float(), grid)
     direct = volume_sampling_triton.warp_volume(volume, grid).float()
     after_launch = "torch._dynamo" in sys.modules
+    wrapper_imported = "torch._higher_order_ops.triton_kernel_wrap" in sys.modules
     direct_hops = list(hop_launches)
     # As inside a torch.compile trace of a caller that did not register first: the tracing
     # wrapper stays on, so Dynamo sees the launch.
@@ -66,7 +67,8 @@ _TRITON_MODULES = """
     traced_hops = hop_launches[len(direct_hops):]
     register_triton_operators()
     registered = volume_sampling_triton.warp_volume(volume, grid).float()
-    print(json.dumps({"after_import": imported, "after_launch": after_launch, "hop_launches": direct_hops,
+    print(json.dumps({"after_import": imported, "after_launch": after_launch, "wrapper_imported": wrapper_imported,
+                      "hop_launches": direct_hops,
                       "traced_hops": traced_hops, "launches": len(hop_launches),
                       "ops": [hasattr(torch.ops.ditto, name) for name in
                               ("warp_volume", "hourglass_input", "slice_conv_nhwc")],
@@ -93,6 +95,7 @@ def test_triton_kernels_launch_directly_until_their_operators_are_registered():
     seen = run_interpreted(_TRITON_MODULES)
     assert not seen["after_import"], "importing our Triton kernels imported torch._dynamo"
     assert not seen["after_launch"], "an eager launch of our Triton kernels imported torch._dynamo"
+    assert not seen["wrapper_imported"], "an eager launch imported the tracing wrapper (0.4 s of a new process)"
     assert seen["launches"] == 3
     assert seen["hop_launches"] == [False], "eager launches went through the tracing wrapper's dispatch"
     assert seen["traced_hops"] == [True], "a trace would not see the launch"
