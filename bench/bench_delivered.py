@@ -38,6 +38,7 @@ from ditto_core.render.putback import paste_back
 from ditto_core.render.warp_decode import WarpDecodeEngine, auto_batch_size
 from ditto_core.video.colour import rgb_to_yuv420p
 from ditto_core.video.encoder import X264_PRESETS, EncoderSettings, SegmentEncoder, usable_cores
+from ditto_core.video import writer as writer_module
 from ditto_core.video.writer import VideoWriter
 
 from .bench_common import emit, sync
@@ -69,9 +70,10 @@ def main() -> None:
     parser.add_argument("--presets", nargs="+", choices=X264_PRESETS,
                         default=["ultrafast", "superfast", "veryfast", "faster", "fast", "medium"])
     parser.add_argument("--layouts", nargs="+", type=parse_layout, default=[Layout(1), Layout(2), Layout(3)],
-                        help="writer configurations side by side, E[xT][nN][qQ]: E x264 instances of T frame threads "
-                             "each, their threads N nice levels below the render thread, a host pool of Q frames; "
-                             "what is left out takes the writer's default (e.g. 1 2x7 1n0 1x16n10q128)")
+                        help="writer configurations side by side, E[xT][nN][qQ][s]: E x264 instances of T frame threads "
+                             "each, their threads N nice levels below the render thread, a host pool of Q frames, "
+                             "s: encoder threads spinning while they wait for the GPU's copies (before session 16); "
+                             "what is left out takes the writer's default (e.g. 1 1s 2x7 1n0 1x16n10q128)")
     parser.add_argument("--frames", type=int, default=250, help="frames per MP4 (250: 10 s)")
     parser.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp16")
     parser.add_argument("--crf", type=int, default=18)
@@ -176,6 +178,7 @@ def main() -> None:
                 runs = []
                 name = layout.name
                 path = workdir / f"{preset}_{name}.mp4"
+                writer_module.HOST_WAIT_BLOCKS = not layout.spin
                 for _ in range(1 if args.quick else REPEATS):
                     start = time.perf_counter()
                     with VideoWriter(path, width=settings.width, height=settings.height, fps=FPS, crf=args.crf,
@@ -204,6 +207,7 @@ class Layout(NamedTuple):
     threads: Optional[int] = None  # frame threads of each instance
     nice: Optional[int] = None  # levels x264's threads run below the render thread (the writer's default: 0)
     queue: Optional[int] = None  # frames the host pool holds between the render and x264
+    spin: bool = False  # the encoder threads spin while they wait for the GPU's copies (before session 16)
 
     def writer_options(self) -> dict:
         """The :class:`VideoWriter` arguments of this layout (what it leaves out, the writer's defaults)."""
@@ -211,17 +215,19 @@ class Layout(NamedTuple):
 
     @property
     def name(self) -> str:
-        return f"{self.encoders}" + "".join(f"{tag}{value}" for tag, value in zip("xnq", self[1:]) if value is not None)
+        return (f"{self.encoders}" + "".join(f"{tag}{value}" for tag, value in zip("xnq", self[1:4]) if value is not None)
+                + ("s" if self.spin else ""))
 
 
 def parse_layout(text: str) -> Layout:
     """"3" -> Layout(3); "1x16n10q128" -> 1 encoder of 16 threads at nice 10 with a 128-frame pool."""
-    match = re.fullmatch(r"(\d+)(?:x(\d+))?(?:n(\d+))?(?:q(\d+))?", text)
-    layout = Layout(*(int(group) if group else None for group in match.groups())) if match else None
+    match = re.fullmatch(r"(\d+)(?:x(\d+))?(?:n(\d+))?(?:q(\d+))?(s?)", text)
+    layout = Layout(*(int(group) if group else None for group in match.groups()[:4]), spin=bool(match[5])) if match else None
     if layout is None or layout.encoders < 1 or layout.threads == 0 or (layout.nice or 0) > 19 \
             or (layout.queue is not None and layout.queue < 8):
         raise argparse.ArgumentTypeError(
-            f"a layout is E[xT][nN][qQ] (encoders, threads each, nice 0-19, queue >= 8 frames), got {text!r}")
+            f"a layout is E[xT][nN][qQ][s] (encoders, threads each, nice 0-19, queue >= 8 frames, spinning "
+            f"waits), got {text!r}")
     return layout
 
 

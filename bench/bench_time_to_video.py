@@ -196,6 +196,7 @@ def _run_child(args: argparse.Namespace, cache_root: Path, jobs: list[Path], wor
         command.append("--no-compile")
     if tag.endswith("profiled"):
         command += ["--profile-out", str(Path(args.profile_dir) / f"{tag}.pstats")]
+        env["PYTHONPROFILEIMPORTTIME"] = "1"  # which module imports what, and how long each took
     for job in jobs:
         command += ["--job", str(job)]
     spawned = time.time()
@@ -206,6 +207,10 @@ def _run_child(args: argparse.Namespace, cache_root: Path, jobs: list[Path], wor
     except subprocess.TimeoutExpired as timeout:  # its jobs may be done and only its exit hung
         stdout, stderr, code = _text(timeout.stdout), _text(timeout.stderr), None
     exited = time.time()
+    if tag.endswith("profiled"):
+        imports = [line for line in stderr.splitlines() if line.startswith("import time:")]
+        (Path(args.profile_dir) / f"{tag}.importtime.txt").write_text("\n".join(imports) + "\n")
+        stderr = "\n".join(line for line in stderr.splitlines() if not line.startswith("import time:"))
     lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
     if code not in (0, None) or not lines:
         why = f"child exited {code}" if code is not None else f"child ran past --child-timeout {args.child_timeout} s"
@@ -219,8 +224,10 @@ def _text(output) -> str:
     return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
 
 
-def _summarise(first: dict, second: dict) -> dict[str, Any]:
-    """The three states of one clip from its two child processes."""
+def _summarise(first: dict, seconds: list[dict]) -> dict[str, Any]:
+    """The three states of one clip: the first-ever child, and of the later children (a new
+    process, then a second job in it) the one with the median new-process time, every child's
+    times beside it."""
     def state(run: dict, job: int) -> dict[str, Any]:
         if "error" in run:
             return run
@@ -228,7 +235,14 @@ def _summarise(first: dict, second: dict) -> dict[str, Any]:
         wall = item["mp4_done_since_spawn_s"] if job == 0 else item["job_s"]
         return {"wall_s": wall, **({"process": run["process"]} if job == 0 else {}), **item}
 
-    return {"first_ever": state(first, 0), "new_process": state(second, 0), "warm_process": state(second, 1)}
+    done = sorted((run for run in seconds if "error" not in run), key=lambda run: state(run, 0)["wall_s"])
+    median = done[(len(done) - 1) // 2] if done else seconds[0]
+    states = {"first_ever": state(first, 0), "new_process": state(median, 0), "warm_process": state(median, 1)}
+    if len(seconds) > 1:
+        for name, job in (("new_process", 0), ("warm_process", 1)):
+            if "error" not in states[name]:
+                states[name]["all_wall_s"] = [state(run, job).get("wall_s") for run in seconds]
+    return states
 
 
 def _print_table(result: dict[str, Any]) -> None:
@@ -241,6 +255,8 @@ def _print_table(result: dict[str, Any]) -> None:
             parts = dict(state.get("process", {}))
             parts.update(state["stages_s"])
             text = ", ".join(f"{k}={v:.2f}" for k, v in parts.items() if isinstance(v, float))
+            if "all_wall_s" in state:
+                text = "every child: " + ", ".join(f"{v:.2f}" for v in state["all_wall_s"] if v is not None) + "; " + text
             print(f"{clip:<10} {name:<14} {state['wall_s']:8.2f}  {text}")
     for key, (op, goal) in GOALS.items():
         clip, state, metric = key.split(".")
@@ -302,6 +318,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--profile", action="store_true", help="after the timed runs, one more new-process child under cProfile (pstats into --profile-dir)")
     parser.add_argument("--profile-dir", type=Path, default=Path("bench/results"))
     parser.add_argument("--profile-out", type=Path, help=argparse.SUPPRESS)  # child: its pstats file
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="new-process children per variant (the variants' in turn); the median one is reported")
     parser.add_argument("--child-timeout", type=float, default=400)
     parser.add_argument("--out", type=Path, default=None)
     # child-only
@@ -330,18 +348,26 @@ def main(argv: Optional[list[str]] = None) -> None:
                 with av.open(str(args.audio)) as container:
                     seconds = float(container.duration / 1e6)
             jobs = list(_speech_variants(args.audio, min(seconds, args.max_seconds or seconds), work))
+            firsts, seconds_ = {}, {warmup: [] for warmup in args.warmups}
             for warmup in args.warmups:
                 args.warmup = warmup
-                name = f"{clip}/{warmup}"
                 cache_root = work / f"cache_{clip}_{warmup}"  # empty: the first child is a first-ever run
-                first = _run_child(args, cache_root, jobs[:1], work, f"{clip}_{warmup}_first_ever")
-                second = _run_child(args, cache_root, jobs, work, f"{clip}_{warmup}_new_process")
-                result["clips"][name] = _summarise(first, second)
-                if args.out:  # after every variant: a run stopped by its time limit keeps what it measured
-                    args.out.parent.mkdir(parents=True, exist_ok=True)
-                    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
-                if args.profile:  # a third child, profiled: its times are inflated, only its call tree is kept
-                    _run_child(args, cache_root, jobs[:1], work, f"{clip}_{warmup}_profiled")
+                firsts[warmup] = _run_child(args, cache_root, jobs[:1], work, f"{clip}_{warmup}_first_ever")
+            # New processes of the variants in turn, so that a machine that drifts during the run
+            # weighs on every variant alike.
+            for _ in range(args.repeats):
+                for warmup in args.warmups:
+                    args.warmup = warmup
+                    seconds_[warmup].append(_run_child(args, work / f"cache_{clip}_{warmup}", jobs, work,
+                                                       f"{clip}_{warmup}_new_process"))
+                    result["clips"][f"{clip}/{warmup}"] = _summarise(firsts[warmup], seconds_[warmup])
+                    if args.out:  # after every child: a run stopped by its time limit keeps what it measured
+                        args.out.parent.mkdir(parents=True, exist_ok=True)
+                        args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+            if args.profile:  # one more child each, profiled: its times are inflated, only its call tree is kept
+                for warmup in args.warmups:
+                    args.warmup = warmup
+                    _run_child(args, work / f"cache_{clip}_{warmup}", jobs[:1], work, f"{clip}_{warmup}_profiled")
     result["goals"] = {k: {"op": op, "value": v} for k, (op, v) in GOALS.items()}
     _print_table(result)
     if args.out:

@@ -65,6 +65,11 @@ _SEGMENTS_PER_ENCODER = 3
 # The default pool never takes more host memory than this (whatever the frame size).
 _DEFAULT_POOL_BYTES = 1 << 30
 
+# Whether an encoder thread waiting for a chunk's copy from the GPU sleeps (a blocking-sync
+# event) rather than spins: a spinning wait holds a core at 100 % for as long as the render
+# runs ahead of it, and the core is one that x264, the bottleneck, needs. Benchmarks switch it.
+HOST_WAIT_BLOCKS = True
+
 
 def default_segment_frames(fps: Fraction, encoders: int, expected_frames: Optional[int] = None) -> int:
     """Frames per segment (and GOP) when none are given: two seconds, less for a short clip."""
@@ -267,7 +272,7 @@ class VideoWriter:
             copier.wait_stream(torch.cuda.current_stream(chunk.device))
             with torch.cuda.stream(copier):
                 buffer[: packed.numel()].view(packed.shape).copy_(packed, non_blocking=True)
-                ready = torch.cuda.Event()
+                ready = torch.cuda.Event(blocking=HOST_WAIT_BLOCKS)
                 ready.record(copier)
             packed.record_stream(copier)  # its memory is not handed out again before the copy has read it
             return _Chunk(buffer, count, True, ready)
