@@ -84,7 +84,7 @@ def _child(args: argparse.Namespace) -> None:
                                             detect_face=False, compile=not args.no_compile, warmup=warmup,
                                             compile_min_frames=min_frames, motion_ahead=ahead)
     # The compile thread (background), a cached AOT package's load (aot), the eager path's priming.
-    pipeline.start_warmup(prime="-noprime" not in suffixes)
+    pipeline.start_warmup(prime="off" if "-noprime" in suffixes else "first" if "-prime1" in suffixes else "full")
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     times["load_models_s"] = time.time() - start
@@ -123,6 +123,7 @@ VARIANT_SUFFIXES = {
     "-ahead": "the motion generated ahead of the render (DittoPipeline motion_ahead)",
     "-lmdmfp32": "the LMDM sampled in fp32, the default before 'auto' (tf32 beside half-precision networks)",
     "-noprime": "the engine's eager path not primed while the clip is prepared (before session 16)",
+    "-prime1": "the engine's eager path primed at the first batch's shape only, not a full batch's too",
 }
 
 
@@ -300,7 +301,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--audio", type=Path, default=next((p for p in speeches if p.is_file()), None))
     parser.add_argument("--clips", nargs="+", default=["example", "60s"], help="example and/or <N>s")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--precision", default="fp16", choices=("fp32", "fp16", "bf16"))
+    parser.add_argument("--precision", default=None, choices=("fp32", "fp16", "bf16"),
+                        help="the networks' precision (default fp16 on CUDA, fp32 on a CPU, which has no fp16 3-D pooling)")
     parser.add_argument("--preset", default="ultrafast")
     parser.add_argument("--crf", type=int, default=18)
     parser.add_argument("--steps", type=int, default=25)
@@ -330,6 +332,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--out-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--spawned-at", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.precision is None:
+        args.precision = "fp32" if args.device == "cpu" else "fp16"
     if args.child:
         _profiled_child(args) if args.profile_out else _child(args)
         from ditto_core.process_exit import exit_now

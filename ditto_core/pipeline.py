@@ -293,19 +293,22 @@ class DittoPipeline:
             self.models.warp_network, self.models.decoder, batch_size=key[0], compile=key[1], warmup=self.warmup,
             compile_min_frames=self.compile_min_frames))
 
-    def start_warmup(self, prime: bool = True) -> None:
+    def start_warmup(self, prime: str = "full") -> None:
         """Get the default engine ready in the background while the first clip is prepared.
 
         Called when the models load. ``warmup="background"``: the graph for an image source
         compiles, overlapping what comes before the first render, which runs eagerly until it is
-        ready. Otherwise, with ``prime``, the eager path is run once on zeros
-        (:meth:`WarpDecodeEngine.prime`): a new process's first batches then find the CUDA
-        libraries loaded and their kernels chosen.
+        ready. Otherwise the eager path is run once on zeros (:meth:`WarpDecodeEngine.prime`):
+        a new process's first batches then find the CUDA libraries loaded and their kernels
+        chosen. ``prime``: ``"full"`` (the first batch's shape and a full batch's), ``"first"``
+        (the first batch's only) or ``"off"``.
         """
+        if prime not in ("full", "first", "off"):
+            raise InputError(f'start_warmup: prime must be "full", "first" or "off", got {prime!r}')
         engine = self.engine()
         engine.start_warmup()
-        if prime and engine.warmup != "background":
-            engine.prime()
+        if prime != "off" and engine.warmup != "background":
+            engine.prime(full_batch=prime == "full")
 
     def render_video(
         self, source: SourceInfo, motion: MotionSequence, out_path: Path | str,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ditto_core.__main__ import main
-from ditto_core.errors import Interrupted
+from ditto_core.errors import InputError, Interrupted
 from ditto_core.motion.motion_options import MotionOptions
 from ditto_core.pipeline import DittoPipeline
 from ditto_core.registration.options import RegistrationOptions
@@ -110,3 +110,10 @@ def test_lmdm_precision_auto_follows_the_image_networks(pipeline, monkeypatch, d
     monkeypatch.setattr("ditto_core.pipeline.build_kp_condition", lambda source: (None,))
     pipeline._motion_inputs(None, None, MotionOptions(sampler_precision=choice))
     assert asked == [resolved]
+
+
+def test_start_warmup_primes_on_cuda_only_and_refuses_an_unknown_priming(pipeline):
+    pipeline.start_warmup()  # a CPU pipeline: nothing to compile, nothing to prime
+    assert pipeline.engine()._prime is None
+    with pytest.raises(InputError, match=r'prime must be "full", "first" or "off", got \'sometimes\''):
+        pipeline.start_warmup(prime="sometimes")

@@ -330,6 +330,8 @@ def test_priming_runs_the_first_and_a_full_batch_eagerly_on_cuda_only_and_never_
     assert engine._prime is None  # on a CPU there is nothing to load ahead
     engine._prime_eager()  # what the thread runs, run here
     assert decoder.batch_sizes == [4, 8]  # the clip's first batch and a full one
+    engine._prime_eager(full_batch=False)
+    assert decoder.batch_sizes == [4, 8, 4]
     monkeypatch.setattr(engine, "_forward", lambda *args: (_ for _ in ()).throw(RuntimeError("boom")))
     with caplog.at_level(logging.INFO, logger=warp_decode.__name__):
         engine._prime_eager()

@@ -307,26 +307,30 @@ class WarpDecodeEngine(nn.Module):
         else:
             self._warm_up(warm, shared_volume, volume_shape)
 
-    def prime(self) -> None:
+    def prime(self, full_batch: bool = True) -> None:
         """Run the eager step once on zeros, on a thread of its own, while the caller prepares the clip.
 
         A new process pays its first eager batch several times over: CUDA libraries load, cuDNN
         picks its kernels for each shape, our Triton kernels load from their cache. Here that
         happens beside the avatar, the audio features and the motion, at the shapes a clip's eager
-        batches use (the first batch and a full one). The first render waits for it, so two
-        batches never hold VRAM at once; without room for two batches nothing is primed. CUDA only,
-        once per engine; a failure is logged and shows again, properly reported, at the first batch.
+        batches use: the first batch, and with ``full_batch`` a full one (more of the first-use
+        work done ahead, and more GPU work that the motion stage's graph recording waits for).
+        The first render waits for it, so two batches never hold VRAM at once; without room for
+        two batches nothing is primed. CUDA only, once per engine; a failure is logged and shows
+        again, properly reported, at the first batch.
         """
         if self.device.type != "cuda" or self._prime is not None or not self._room_for_two_batches():
             return
-        self._prime = threading.Thread(target=self._prime_eager, daemon=True, name="ditto-engine-prime")
+        self._prime = threading.Thread(target=self._prime_eager, args=(full_batch,), daemon=True,
+                                       name="ditto-engine-prime")
         self._prime.start()
 
-    def _prime_eager(self) -> None:
+    def _prime_eager(self, full_batch: bool = True) -> None:
         try:
             with torch.inference_mode(), short_gil_turns():
                 f_s = torch.zeros(1, *VOLUME_SHAPE, device=self.device, dtype=self.dtype)
-                for size in sorted({min(self.first_batch, self.batch_size), self.batch_size}):
+                first = min(self.first_batch, self.batch_size)
+                for size in sorted({first, self.batch_size} if full_batch else {first}):
                     kp = torch.zeros(size, NUM_KP, 3, device=self.device)
                     self._forward(*self._arguments(f_s, kp, kp, None, size))
                 if self.device.type == "cuda":  # the thread ends when the device work has run
