@@ -13,6 +13,7 @@ import os
 from comfy_api.latest import io
 
 from ditto_core.live.server import PREFIX, LiveAvatars, add_live_routes
+from ditto_core.motion.motion_options import MotionOptions
 from ditto_core.registration.source_info import SourceInfo
 
 from . import ditto_types as T
@@ -60,6 +61,9 @@ class PublishLiveAvatar(io.ComfyNode):
     @classmethod
     def execute(cls, models: ModelHandle, source: SourceInfo, avatar_id: str) -> io.NodeOutput:
         LIVE_AVATARS.publish(avatar_id, REGISTRY.pipeline(models), source)
+        # Compile the engines and record the graphs now, beside the UI, not when a client
+        # connects; until then clients are told to come back (warming_up).
+        LIVE_AVATARS.warm_up_in_background(avatar_id, MotionOptions())
         log.info("Ditto live: avatar %r published at %s", avatar_id, PREFIX)
         return io.NodeOutput(ui={"text": [f"live avatar '{avatar_id}': open {PREFIX}?avatar={avatar_id}"]})
 

@@ -9,13 +9,16 @@ from __future__ import annotations
 import asyncio
 import shutil
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from ditto_core.live import LiveRuntime
 from ditto_core.live.server import LiveAvatars, create_app
+from ditto_core.motion.motion_options import MotionOptions
 from tests.live_support import ProjectionSampler, RecordingRenderer, light_pipeline
 from tests.test_live_server import _portrait
 
@@ -43,13 +46,9 @@ class StripedRenderer(RecordingRenderer):
         return out
 
 
-@pytest.fixture
-def live_server(tmp_path):
-    pipeline = light_pipeline(tmp_path)
-    sampler = ProjectionSampler()
-    renderer = StripedRenderer()
-    avatars = LiveAvatars(max_streams=2, renderer=renderer, sampler_factory=lambda options: sampler)
-    avatars.publish("anna", pipeline, _portrait(1, is_image=True, seed=2, size=(240, 320)))
+@contextmanager
+def _serve(avatars):
+    """Serve ``avatars``' live app on 127.0.0.1 from a thread of its own; yields the page's URL."""
     loop = asyncio.new_event_loop()
     started = threading.Event()
     state = {}
@@ -67,10 +66,33 @@ def live_server(tmp_path):
     thread = threading.Thread(target=lambda: (loop.run_until_complete(start()), loop.run_forever()), daemon=True)
     thread.start()
     assert started.wait(30)
-    yield f"http://127.0.0.1:{state['port']}/ditto/live", renderer
+    yield f"http://127.0.0.1:{state['port']}/ditto/live"
     asyncio.run_coroutine_threadsafe(state["runner"].cleanup(), loop).result(30)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
+    avatars.shutdown()
+
+
+def _avatars(tmp_path, renderer) -> LiveAvatars:
+    pipeline = light_pipeline(tmp_path)
+    sampler = ProjectionSampler()
+    avatars = LiveAvatars(max_streams=2, renderer=renderer, sampler_factory=lambda options: sampler)
+    avatars.publish("anna", pipeline, _portrait(1, is_image=True, seed=2, size=(240, 320)))
+    return avatars
+
+
+@pytest.fixture
+def live_server(tmp_path):
+    renderer = StripedRenderer()
+    with _serve(_avatars(tmp_path, renderer)) as url:
+        yield url, renderer
+
+
+def _browser(p, wav):
+    return p.chromium.launch(executable_path=CHROMIUM, args=[
+        "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream",
+        f"--use-file-for-fake-audio-capture={wav}", "--autoplay-policy=no-user-gesture-required", "--no-sandbox",
+    ])
 
 
 @pytest.mark.slow
@@ -79,10 +101,7 @@ def test_page_streams_the_microphone_and_shows_frames(live_server, example_dir, 
     wav = example_dir / "speech_24k_mono.wav"
     shot = tmp_path / "live_page.png"
     with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream",
-            f"--use-file-for-fake-audio-capture={wav}", "--autoplay-policy=no-user-gesture-required", "--no-sandbox",
-        ])
+        browser = _browser(p, wav)
         try:
             page = browser.new_page()
             page.goto(f"{url}?avatar=anna&autostart=1")
@@ -104,3 +123,29 @@ def test_page_streams_the_microphone_and_shows_frames(live_server, example_dir, 
     assert live["speechFrames"] >= 5
     assert sum(m.kp_driving.shape[0] for ms in renderer.motions.values() for _, m in ms) >= 15
     Path("/tmp/ditto_live_page.png").write_bytes(shot.read_bytes())  # for a human look
+
+
+@pytest.mark.slow
+def test_page_waits_while_the_server_warms_up_then_streams(tmp_path, example_dir, monkeypatch):
+    gate = threading.Event()
+    monkeypatch.setattr(LiveRuntime, "warm_up", lambda self, source, options, several_avatars=True: gate.wait(60))
+    avatars = _avatars(tmp_path, StripedRenderer())
+    avatars.warm_up_in_background("anna", MotionOptions())
+    with playwright.sync_playwright() as p:
+        with _serve(avatars) as url:
+            browser = _browser(p, example_dir / "speech_24k_mono.wav")
+            try:
+                page = browser.new_page()
+                page.goto(f"{url}?avatar=anna&autostart=1")
+                page.wait_for_function("window.dittoLive.serverReady === false", timeout=30_000)
+                waiting = page.evaluate("[document.getElementById('status').textContent, "
+                                        "document.getElementById('start').disabled, window.dittoLive.state]")
+                gate.set()
+                page.wait_for_function("window.dittoLive.framesShown >= 5", timeout=60_000)
+                live = page.evaluate("window.dittoLive")
+            finally:
+                gate.set()
+                browser.close()
+    status, start_disabled, state = waiting
+    assert "warming up" in status and start_disabled and state == "idle"  # no stream was tried while warming
+    assert live["serverReady"] is True and live["error"] is None and live["state"] == "streaming"

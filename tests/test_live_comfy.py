@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 import types
 
 import aiohttp
@@ -54,6 +55,10 @@ def test_routes_on_comfyui_stream_a_published_avatar(prompt_server, monkeypatch,
 
     out = live_nodes.PublishLiveAvatar.execute(models=handle, source=random_source(1, is_image=True), avatar_id="anna")
     assert "anna" in out.ui["text"][0]
+    deadline = time.monotonic() + 30  # publishing started the runtime's warm-up (nothing to record on a CPU)
+    while not avatars.status()["ready"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert avatars.status() == {"avatars": ["anna"], "ready": True}
 
     async def run():
         app = web.Application()

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -27,6 +28,7 @@ from aiohttp import web
 from ditto_core.errors import InputError
 from ditto_core.live import AvatarStream, LiveRuntime, StreamConfig
 from ditto_core.live.server import CLOSE_CODES, Limits, LiveAvatars, _authorized, create_app, unpack_frame
+from ditto_core.motion.motion_options import MotionOptions
 from tests.live_support import ProjectionSampler, RecordingRenderer, light_pipeline
 from tests.test_conditions import random_source
 
@@ -110,7 +112,7 @@ def test_stream_round_trip(pipeline):
     async def run():
         async with serving(avatars) as (session, url):
             async with session.get(url + "/avatars") as response:
-                assert (await response.json()) == {"avatars": ["anna", "video", "wide"]}
+                assert (await response.json()) == {"avatars": ["anna", "video", "wide"], "ready": True}
             async with session.get(url) as response:
                 assert response.status == 200 and "Ditto live avatar" in await response.text()
             ws = await _open(session, url, sample_rate=48000, max_size=100)
@@ -372,6 +374,70 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow  # a fresh interpreter importing torch
+def test_streams_are_refused_while_their_runtime_warms_up_then_served(pipeline, monkeypatch):
+    gate, calls = threading.Event(), []
+
+    def warm_up(self, source, options, several_avatars=True):
+        calls.append(several_avatars)
+        assert gate.wait(30)
+
+    monkeypatch.setattr(LiveRuntime, "warm_up", warm_up)
+    avatars = _avatars(pipeline)
+    thread = avatars.warm_up_in_background("anna", MotionOptions(), several_avatars=False)
+    assert avatars.warm_up_in_background("video", MotionOptions()) is None  # one runtime: warmed up once
+
+    async def scenario():
+        async with serving(avatars) as (session, url):
+            async with session.get(url + "/avatars") as response:
+                warming = await response.json()
+            ws = await _open(session, url)
+            refused, _ = await _until_closed(ws)
+            code = ws.close_code
+            gate.set()
+            await asyncio.get_running_loop().run_in_executor(None, thread.join)
+            async with session.get(url + "/avatars") as response:
+                ready = await response.json()
+            ws = await _open(session, url)
+            opened = json.loads((await ws.receive(timeout=30)).data)
+            await ws.close()
+            return warming, refused, code, ready, opened
+
+    try:
+        warming, refused, code, ready, opened = asyncio.run(scenario())
+    finally:
+        gate.set()
+        avatars.shutdown()
+    assert warming["ready"] is False and warming["warming_s"] >= 0 and warming["avatars"] == ["anna", "video", "wide"]
+    assert refused[-1]["code"] == "warming_up" and "not ready" in refused[-1]["message"]
+    assert code == CLOSE_CODES["warming_up"] == 4503
+    assert ready == {"avatars": ["anna", "video", "wide"], "ready": True}
+    assert opened["type"] == "ready" and calls == [False]
+    assert avatars.warm_up_in_background("anna", MotionOptions()) is None  # warm already
+
+
+def test_a_failed_warm_up_is_told_to_every_client_of_its_avatars(pipeline, monkeypatch):
+    def warm_up(self, source, options, several_avatars=True):
+        raise RuntimeError("CUDA out of memory while recording")
+
+    monkeypatch.setattr(LiveRuntime, "warm_up", warm_up)
+    avatars = _avatars(pipeline)
+    avatars.warm_up_in_background("anna", MotionOptions()).join(30)
+
+    async def scenario():
+        async with serving(avatars) as (session, url):
+            ws = await _open(session, url, avatar="wide")  # another avatar of the same runtime
+            texts, _ = await _until_closed(ws)
+            return texts, ws.close_code
+
+    try:
+        texts, code = asyncio.run(scenario())
+    finally:
+        avatars.shutdown()
+    assert code == CLOSE_CODES["internal"]
+    assert texts[-1]["code"] == "internal" and "warm-up failed" in texts[-1]["message"]
+    assert "CUDA out of memory while recording" in texts[-1]["message"]
+
+
 def test_standalone_server_refuses_a_public_bind_without_a_token():
     result = subprocess.run([sys.executable, "-m", "ditto_core", "serve", "--random-weights", "--host", "0.0.0.0"],
                             cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -403,7 +469,8 @@ def test_standalone_server_starts_serves_and_stops(example_dir):
                     except aiohttp.ClientConnectionError:
                         await asyncio.sleep(0.1)
 
-        assert asyncio.run(probe()) == {"avatars": ["demo"]}
+        status = asyncio.run(probe())
+        assert status["avatars"] == ["demo"] and isinstance(status["ready"], bool)  # warming up or ready
     finally:
         proc.send_signal(signal.SIGINT)
         try:

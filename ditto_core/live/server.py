@@ -3,7 +3,8 @@
 Routes (the same in both; ComfyUI mounts them on its own server):
 
 * ``GET /ditto/live`` -- the browser page (``web/live.html``): microphone in, avatar out;
-* ``GET /ditto/live/avatars`` -- JSON list of the avatar ids that can be opened;
+* ``GET /ditto/live/avatars`` -- JSON: the avatar ids that can be opened, and whether the server is
+  ready (``"ready"``; while it warms up, ``"warming_s"``: seconds so far);
 * ``GET /ditto/live/ws`` -- the stream. Protocol (docs/LIVE.md has the full text):
 
   1. client -> ``{"type": "open", "avatar": ID, "sample_rate": 16000, "output": "jpeg" | "h264",
@@ -32,6 +33,7 @@ import json
 import logging
 import struct
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -58,6 +60,7 @@ CLOSE_CODES = {
     "too_large": 4413,
     "capacity": 4429,
     "internal": 4500,
+    "warming_up": 4503,
 }
 OPTION_FIELDS = (
     "emo", "eye_f0_mode", "steps", "seed", "smo_k_d", "fix_kp_cond", "sampler_precision", "sampler_compile",
@@ -97,11 +100,24 @@ class UnknownAvatar(DittoError):
     pass
 
 
+class WarmingUp(DittoError):
+    """The avatar's runtime is still compiling its engines and recording its CUDA graphs."""
+
+
+class WarmUpFailed(DittoError):
+    """The avatar's runtime could not warm up (the log has the traceback)."""
+
+
 class LiveAvatars:
     """Avatars that clients may open, each with the runtime of the pipeline it was registered with.
 
     One runtime per pipeline (its device, its models), shared by every avatar of that pipeline;
     ``runtime_options`` go to every :class:`LiveRuntime` it makes.
+
+    A runtime warms up (:meth:`warm_up_in_background`: engines compiled, CUDA graphs recorded)
+    on a thread while the server already answers; until it is done its avatars are refused with
+    :class:`WarmingUp`. Serving streams beside those recordings is what faulted the H200 once
+    (docs/LIVE.md), and a stream opened then would wait minutes for its first frame.
     """
 
     def __init__(self, **runtime_options: Any) -> None:
@@ -109,6 +125,9 @@ class LiveAvatars:
         self._avatars: dict[str, tuple[Any, SourceInfo]] = {}
         self._runtimes: dict[int, LiveRuntime] = {}
         self._runtime_options = runtime_options
+        self._warming: dict[int, float] = {}  # runtime's pipeline id -> when its warm-up started
+        self._warmed: set[int] = set()
+        self._warm_failures: dict[int, str] = {}
 
     def publish(self, avatar_id: str, pipeline, source: SourceInfo) -> None:
         if not isinstance(avatar_id, str) or not avatar_id or len(avatar_id) > 128:
@@ -120,17 +139,72 @@ class LiveAvatars:
         with self._lock:
             return sorted(self._avatars)
 
+    def status(self) -> dict:
+        """What ``GET /ditto/live/avatars`` answers: the ids, and whether streams can open now."""
+        with self._lock:
+            started = min(self._warming.values(), default=None)
+            status = {"avatars": sorted(self._avatars), "ready": started is None}
+            if started is not None:
+                status["warming_s"] = round(time.monotonic() - started, 1)
+            return status
+
     def open(self, avatar_id: Any) -> tuple[LiveRuntime, SourceInfo]:
         with self._lock:
-            entry = self._avatars.get(avatar_id) if isinstance(avatar_id, str) else None
-            if entry is None:
-                known = ", ".join(sorted(self._avatars)) or "none are published"
-                raise UnknownAvatar(f"unknown avatar {avatar_id!r}; the server has: {known}.")
-            pipeline, source = entry
-            runtime = self._runtimes.get(id(pipeline))
-            if runtime is None:
-                runtime = self._runtimes[id(pipeline)] = LiveRuntime(pipeline, **self._runtime_options)
+            runtime, source, key = self._runtime_of(avatar_id)
+            if key in self._warming:
+                raise WarmingUp(
+                    f"avatar {avatar_id!r} is not ready: the server is compiling its engines and recording its "
+                    f"CUDA graphs (for {time.monotonic() - self._warming[key]:.0f} s so far; minutes the first time "
+                    "on a machine, seconds from its caches). Try again shortly; GET /ditto/live/avatars says when "
+                    "it is ready."
+                )
+            if key in self._warm_failures:
+                raise WarmUpFailed(f"avatar {avatar_id!r} cannot stream: its warm-up failed "
+                                   f"({self._warm_failures[key]}); the server's log has the details.")
             return runtime, source
+
+    def _runtime_of(self, avatar_id: Any) -> tuple[LiveRuntime, SourceInfo, int]:
+        entry = self._avatars.get(avatar_id) if isinstance(avatar_id, str) else None
+        if entry is None:
+            known = ", ".join(sorted(self._avatars)) or "none are published"
+            raise UnknownAvatar(f"unknown avatar {avatar_id!r}; the server has: {known}.")
+        pipeline, source = entry
+        key = id(pipeline)
+        runtime = self._runtimes.get(key)
+        if runtime is None:
+            runtime = self._runtimes[key] = LiveRuntime(pipeline, **self._runtime_options)
+        return runtime, source, key
+
+    def warm_up_in_background(self, avatar_id: str, options: MotionOptions,
+                              several_avatars: bool = True) -> Optional[threading.Thread]:
+        """Warm the runtime of ``avatar_id`` up on a thread (once per runtime; None if it is, or is
+        being, warmed up). Its avatars are refused until the thread ends."""
+        with self._lock:
+            runtime, source, key = self._runtime_of(avatar_id)
+            if key in self._warming or key in self._warmed:
+                return None
+            self._warming[key] = time.monotonic()
+
+        def warm() -> None:
+            started = time.monotonic()
+            try:
+                runtime.warm_up(source, options, several_avatars=several_avatars)
+            except Exception as error:  # the avatars' clients hear of it when they open
+                log.exception("Ditto live: the warm-up for avatar %r failed", avatar_id)
+                failure = f"{type(error).__name__}: {error}"
+            else:
+                failure = None
+                log.info("Ditto live: ready after a %.0f s warm-up", time.monotonic() - started)
+            with self._lock:
+                del self._warming[key]
+                if failure is None:
+                    self._warmed.add(key)
+                else:
+                    self._warm_failures[key] = failure
+
+        thread = threading.Thread(target=warm, name="ditto-live-warmup", daemon=True)
+        thread.start()
+        return thread
 
     def shutdown(self) -> None:
         with self._lock:
@@ -258,6 +332,10 @@ class _Session:
             self.stream = AvatarStream(runtime, source, options, config)
         except UnknownAvatar as error:
             raise _Closed("unknown_avatar", str(error)) from None
+        except WarmingUp as error:
+            raise _Closed("warming_up", str(error)) from None
+        except WarmUpFailed as error:
+            raise _Closed("internal", str(error)) from None
         except CapacityError as error:
             raise _Closed("capacity", str(error)) from None
         except DittoError as error:
@@ -354,7 +432,7 @@ def add_live_routes(routes, avatars: LiveAvatars, token: Optional[str] = None, l
     async def live_avatars(request):
         if not _authorized(request, token):
             return web.json_response({"error": _UNAUTHORIZED}, status=401)
-        return web.json_response({"avatars": avatars.ids()})
+        return web.json_response(avatars.status())
 
     @routes.get(PREFIX + "/ws")
     async def live_socket(request):
@@ -443,11 +521,11 @@ def run(args: argparse.Namespace) -> int:
         for name, path in avatar_specs:
             frames, is_image = load_source(path)
             avatars.publish(name, pipeline, pipeline.register(frames, registration, is_image=is_image, name=str(path)))
-        if avatar_specs:  # record the graphs and compile the engines before the first client
-            runtime, source = avatars.open(avatar_specs[0][0])
-            runtime.warm_up(source, MotionOptions(), several_avatars=len(avatar_specs) > 1)
+        if avatar_specs:  # the engines compiled and the graphs recorded while the server already answers
+            avatars.warm_up_in_background(avatar_specs[0][0], MotionOptions(), several_avatars=len(avatar_specs) > 1)
         app = create_app(avatars, token=args.token)
-        print(f"Ditto live: serving http://{args.host}:{args.port}{PREFIX} (avatars: {', '.join(avatars.ids()) or 'none'})",
+        print(f"Ditto live: serving http://{args.host}:{args.port}{PREFIX} (avatars: {', '.join(avatars.ids()) or 'none'}"
+              f"{'; warming up, streams open once GET ' + PREFIX + '/avatars says ready' if avatar_specs else ''})",
               flush=True)
         web.run_app(app, host=args.host, port=args.port, print=None, handle_signals=True)
     return 0
