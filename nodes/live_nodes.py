@@ -25,6 +25,18 @@ LIVE_AVATARS = LiveAvatars(max_streams=int(os.environ.get("DITTO_LIVE_MAX_STREAM
 """The avatars ComfyUI's live routes can open (process-wide, like REGISTRY)."""
 
 
+def _withdraw_avatars(pipeline) -> None:
+    """A model set leaves (Unload Ditto Models, or ComfyUI making room): its avatars and their
+    runtime go with it, or the runtime would keep its VRAM in use behind ComfyUI's back."""
+    withdrawn = LIVE_AVATARS.withdraw(pipeline, "the avatar's models were unloaded on the server; "
+                                                "publish the avatar again to stream it")
+    if withdrawn:
+        log.info("Ditto live: avatars %s withdrawn with their unloaded models", ", ".join(withdrawn))
+
+
+REGISTRY.on_drop(_withdraw_avatars)
+
+
 def register_live_routes() -> bool:
     """Mount the live routes on ComfyUI's server (once); False where there is no server (tests, scripts)."""
     try:

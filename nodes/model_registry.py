@@ -15,6 +15,7 @@ again. ``Unload Ditto Models`` releases it too.
 from __future__ import annotations
 
 import gc
+import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,8 @@ from ditto_core.models.checkpoints import NETWORKS
 from ditto_core.models.ditto_models import ALWAYS_FP32
 from ditto_core.pipeline import DittoPipeline
 from ditto_core.precision import network_dtype
+
+log = logging.getLogger(__name__)
 
 
 def resolve_device(choice: str) -> torch.device:
@@ -114,8 +117,10 @@ class ResidentModels:
 
     parent = None  # a ModelPatcher clone's parent; sets are never cloned
 
-    def __init__(self, handle: ModelHandle, build: PipelineBuilder) -> None:
+    def __init__(self, handle: ModelHandle, build: PipelineBuilder,
+                 on_drop: Callable[[DittoPipeline], None] = lambda pipeline: None) -> None:
         self.handle = handle
+        self._on_drop = on_drop  # told of the pipeline before it is dropped (live avatars let go of it)
         self.load_device = handle.torch_device
         self.offload_device = torch.device("cpu")
         self._build = build
@@ -152,8 +157,15 @@ class ResidentModels:
         """ComfyUI unloads the set (``unpatch_all``), or takes it off its list for a moment while
         it loads it again (not ``unpatch_all``: nothing to do)."""
         if unpatch_all and self.pipeline is not None:
-            self.pipeline = None
+            self.drop()
             gc.collect()  # engines and CUDA graphs hold reference cycles: free their VRAM now
+
+    def drop(self) -> bool:
+        """Let go of the pipeline (telling ``on_drop`` first); whether one was loaded."""
+        pipeline, self.pipeline = self.pipeline, None
+        if pipeline is not None:
+            self._on_drop(pipeline)
+        return pipeline is not None
 
     def is_clone(self, other: object) -> bool:
         return getattr(other, "model", None) is self.model
@@ -178,6 +190,20 @@ class ModelRegistry:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._residents: dict[ModelHandle, ResidentModels] = {}
+        self._drop_listeners: list[Callable[[DittoPipeline], None]] = []
+
+    def on_drop(self, listener: Callable[[DittoPipeline], None]) -> None:
+        """Call ``listener(pipeline)`` whenever a loaded set is dropped (released, or unloaded by
+        ComfyUI), before it goes: what holds on to a pipeline beyond a prompt (a live runtime)
+        lets go of it, so that its VRAM is really freed."""
+        self._drop_listeners.append(listener)
+
+    def _dropped(self, pipeline: DittoPipeline) -> None:
+        for listener in list(self._drop_listeners):
+            try:
+                listener(pipeline)
+            except Exception:  # the set is dropped whatever a listener does
+                log.exception("Ditto: a listener failed while a model set was dropped")
 
     def pipeline(self, handle: ModelHandle, build: Optional[PipelineBuilder] = None) -> DittoPipeline:
         """The loaded pipeline of ``handle``, (re)loaded if ComfyUI or a release unloaded it.
@@ -190,7 +216,8 @@ class ModelRegistry:
         with self._lock:
             resident = self._residents.get(handle)
             if resident is None:
-                resident = self._residents[handle] = ResidentModels(handle, build or _default_builder(handle))
+                resident = self._residents[handle] = ResidentModels(handle, build or _default_builder(handle),
+                                                                    self._dropped)
             mm.load_models_gpu([resident])
             return resident.pipeline
 
@@ -207,7 +234,7 @@ class ModelRegistry:
         """
         with self._lock:
             handles = list(self._residents) if handle is None else [h for h in (handle,) if h in self._residents]
-            released = sum(self._residents.pop(h).pipeline is not None for h in handles)
+            released = sum(self._residents.pop(h).drop() for h in handles)
         gc.collect()
         mm.soft_empty_cache()
         return released

@@ -88,3 +88,27 @@ def test_routes_on_comfyui_stream_a_published_avatar(prompt_server, monkeypatch,
 
     frames, code = asyncio.run(run())
     assert code == 1000 and frames == list(range(15))
+
+
+def test_unloading_the_models_withdraws_their_live_avatars_and_stops_the_runtime(monkeypatch, tmp_path):
+    """A live runtime holds its pipeline: without this, Unload Ditto Models (or ComfyUI making
+    room) would leave the models' VRAM in use behind ComfyUI's back."""
+    from comfyui_ditto_pack.nodes.model_nodes import UnloadDittoModels
+
+    pipeline = light_pipeline(tmp_path)
+    sampler = ProjectionSampler()
+    avatars = LiveAvatars(max_streams=1, renderer=RecordingRenderer(), sampler_factory=lambda options: sampler)
+    monkeypatch.setattr(live_nodes, "LIVE_AVATARS", avatars)
+    handle = ModelHandle(model_dir=str(tmp_path), device="cpu", precision="fp32")
+    assert live_nodes.REGISTRY.pipeline(handle, lambda: pipeline) is pipeline
+    live_nodes.PublishLiveAvatar.execute(models=handle, source=random_source(1, is_image=True), avatar_id="anna")
+    deadline = time.monotonic() + 30
+    while not avatars.status()["ready"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    runtime, _ = avatars.open("anna")
+    try:
+        out = UnloadDittoModels.execute(enabled=True, models=handle)
+        assert out.ui == {"text": ["released 1 Ditto model set(s)"]}
+        assert avatars.ids() == [] and runtime._stopping and not any(t.is_alive() for t in runtime._threads)
+    finally:
+        avatars.shutdown()

@@ -438,6 +438,34 @@ def test_a_failed_warm_up_is_told_to_every_client_of_its_avatars(pipeline, monke
     assert "CUDA out of memory while recording" in texts[-1]["message"]
 
 
+def test_withdrawn_avatars_end_their_streams_with_the_reason_and_cannot_be_opened(pipeline):
+    avatars = _avatars(pipeline)
+
+    async def scenario():
+        async with serving(avatars) as (session, url):
+            ws = await _open(session, url)
+            assert json.loads((await ws.receive(timeout=10)).data)["type"] == "ready"
+            await ws.send_bytes(_pcm(1.0))
+            withdrawn = await asyncio.get_running_loop().run_in_executor(
+                None, avatars.withdraw, pipeline, "the avatar's models were unloaded")
+            texts, _ = await _until_closed(ws)
+            code = ws.close_code
+            async with session.get(url + "/avatars") as response:
+                listed = await response.json()
+            again = await _open(session, url)
+            refused, _ = await _until_closed(again)
+            return withdrawn, texts, code, listed, refused
+
+    try:
+        withdrawn, texts, code, listed, refused = asyncio.run(scenario())
+    finally:
+        avatars.shutdown()
+    assert withdrawn == ["anna", "video", "wide"] and listed == {"avatars": [], "ready": True}
+    assert code == CLOSE_CODES["gone"] == 4410
+    assert texts[-1] == {"type": "error", "code": "gone", "message": "the avatar's models were unloaded"}
+    assert refused[-1]["code"] == "unknown_avatar"
+
+
 def test_standalone_server_refuses_a_public_bind_without_a_token():
     result = subprocess.run([sys.executable, "-m", "ditto_core", "serve", "--random-weights", "--host", "0.0.0.0"],
                             cwd=REPO, capture_output=True, text=True, timeout=120)

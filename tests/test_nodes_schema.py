@@ -205,6 +205,27 @@ def test_comfyui_unload_frees_the_sets_and_the_next_use_reloads_them():
     assert not [m for m in mm.current_loaded_models if getattr(m.model, "handle", None) == handle]
 
 
+def test_listeners_hear_of_every_dropped_pipeline_before_it_goes():
+    """What holds a pipeline beyond a prompt (a live runtime) is told when the set is released or
+    when ComfyUI unloads it, so that its VRAM is really freed."""
+    mm = comfy.model_management
+    registry = ModelRegistry()
+    dropped = []
+    registry.on_drop(dropped.append)
+    registry.on_drop(lambda pipeline: 1 / 0)  # a failing listener does not keep the set loaded
+    handle = ModelHandle("/m", "cpu", "fp32")
+    build = lambda: _fake_pipeline(10)  # noqa: E731
+    first = registry.pipeline(handle, build)
+    assert registry.release(handle) == 1 and dropped == [first]
+    second = registry.pipeline(handle, build)
+    mm.unload_all_models()
+    assert dropped == [first, second] and not registry.is_loaded(handle)
+    third = registry.pipeline(handle)
+    mm.free_memory(1e30, torch.device("cpu"))
+    assert dropped == [first, second, third]
+    assert registry.release(handle) == 0 and len(dropped) == 3  # nothing loaded: nothing to tell
+
+
 def test_model_size_before_loading_is_estimated_from_the_checkpoint_files(tmp_path):
     from comfyui_ditto_pack.nodes.model_registry import ResidentModels
 

@@ -3,7 +3,7 @@
 Nothing in :mod:`ditto_core` below this package imports it; the server's aiohttp is imported
 only by :mod:`.server`.
 """
-from .runtime import BackpressureError, CapacityError, LiveFrame, LiveRuntime, StreamConfig
+from .runtime import BackpressureError, CapacityError, LiveFrame, LiveRuntime, RuntimeStopped, StreamConfig
 from .schedule import ONLINE_OVERLAP, OnlineAudio, OnlineMotion
 from .stream import AvatarStream, pcm_to_float
 
@@ -13,6 +13,7 @@ __all__ = [
     "CapacityError",
     "LiveFrame",
     "LiveRuntime",
+    "RuntimeStopped",
     "ONLINE_OVERLAP",
     "OnlineAudio",
     "OnlineMotion",

@@ -64,6 +64,10 @@ BATCH_LADDER = (5, 10, 20, 40)
 """Compiled warp+decode batch sizes: a round's frames go through the smallest that holds them."""
 
 
+class RuntimeStopped(DittoError):
+    """The runtime was stopped while a stream was open (the server shut down, the models were unloaded)."""
+
+
 class CapacityError(DittoError):
     """More live streams were asked for than the runtime admits."""
 
@@ -393,8 +397,8 @@ class LiveRuntime:
         since = state.stalled_since
         return 0.0 if since is None else time.monotonic() - since
 
-    def shutdown(self) -> None:
-        """Stop the workers (streams still open get an error)."""
+    def shutdown(self, reason: str = "the live server is shutting down") -> None:
+        """Stop the workers; streams still open get :class:`RuntimeStopped` with ``reason``."""
         with self._wake:
             self._stopping = True
             streams = list(self._streams.values())
@@ -403,7 +407,7 @@ class LiveRuntime:
         with self._render_ready:
             self._render_ready.notify_all()
         for state in streams:
-            state.deliver(DittoError("the live server is shutting down"))
+            state.deliver(RuntimeStopped(reason))
         for thread in self._threads:
             thread.join(timeout=10)
         self._encoders.shutdown(wait=False, cancel_futures=True)

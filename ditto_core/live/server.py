@@ -43,7 +43,7 @@ from ..errors import DittoError, InputError
 from ..precision import NETWORK_PRECISIONS
 from ..motion.motion_options import MotionOptions
 from ..registration.source_info import SourceInfo
-from .runtime import BackpressureError, CapacityError, LiveFrame, LiveRuntime, StreamConfig
+from .runtime import BackpressureError, CapacityError, LiveFrame, LiveRuntime, RuntimeStopped, StreamConfig
 from .stream import AvatarStream
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ CLOSE_CODES = {
     "not_reading": 4408,
     "too_large": 4413,
     "capacity": 4429,
+    "gone": 4410,
     "internal": 4500,
     "warming_up": 4503,
 }
@@ -196,6 +197,8 @@ class LiveAvatars:
                 failure = None
                 log.info("Ditto live: ready after a %.0f s warm-up", time.monotonic() - started)
             with self._lock:
+                if self._runtimes.get(key) is not runtime:  # withdrawn meanwhile: nothing to record
+                    return
                 del self._warming[key]
                 if failure is None:
                     self._warmed.add(key)
@@ -205,6 +208,23 @@ class LiveAvatars:
         thread = threading.Thread(target=warm, name="ditto-live-warmup", daemon=True)
         thread.start()
         return thread
+
+    def withdraw(self, pipeline, reason: str) -> list[str]:
+        """Take back every avatar of ``pipeline`` and stop its runtime (its open streams end with
+        :class:`RuntimeStopped` and ``reason``), so that nothing here keeps the pipeline, or its
+        VRAM, alive. Returns the withdrawn ids; the avatars can be published again."""
+        key = id(pipeline)
+        with self._lock:
+            withdrawn = sorted(i for i, (owner, _) in self._avatars.items() if owner is pipeline)
+            for avatar_id in withdrawn:
+                del self._avatars[avatar_id]
+            runtime = self._runtimes.pop(key, None)
+            self._warming.pop(key, None)
+            self._warmed.discard(key)
+            self._warm_failures.pop(key, None)
+        if runtime is not None:
+            runtime.shutdown(reason)
+        return withdrawn
 
     def shutdown(self) -> None:
         with self._lock:
@@ -294,26 +314,23 @@ class _Session:
         await self.ws.close(code=CLOSE_CODES[code], message=message[:120].encode())
 
     async def run(self) -> None:
-        sender = None
+        tasks: list[asyncio.Future] = []
         try:
             await self._open()
-            sender = asyncio.ensure_future(self._send_frames())
-            receiver = asyncio.ensure_future(self._receive())
-            done, _ = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
+            tasks = [asyncio.ensure_future(self._send_frames()), asyncio.ensure_future(self._receive())]
+            done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            # The other task stops first: a receive still waiting on the socket would take the
+            # client's answer to the close below, and the close would end abnormally (1006).
+            await _cancelled(pending)
             for task in done:
                 task.result()  # re-raises _Closed
-            if sender in done:
-                receiver.cancel()
-            else:
-                sender.cancel()
         except _Closed as closed:
             await self.fail(closed.code, closed.message)
         except Exception as error:  # a bug: the client still hears why its stream stopped
             log.exception("Ditto live session failed")
             await self.fail("internal", f"internal error: {type(error).__name__}: {error}")
         finally:
-            if sender is not None:
-                sender.cancel()
+            await _cancelled([task for task in tasks if not task.done()])
             if self.stream is not None:
                 self.stream.close()
 
@@ -395,6 +412,8 @@ class _Session:
             async for frame in self.stream:
                 await self.ws.send_bytes(pack_frame(frame))
                 frames += 1
+        except RuntimeStopped as error:
+            raise _Closed("gone", str(error)) from None
         except DittoError as error:
             raise _Closed("internal", str(error)) from None
         finally:
@@ -410,6 +429,14 @@ class _Session:
                                                "read frames as they come (the stream was closed).")
                 self.stream.close()
                 return
+
+
+async def _cancelled(tasks) -> None:
+    """Cancel ``tasks`` and wait until they have stopped."""
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks)
 
 
 def _aiohttp_web():
