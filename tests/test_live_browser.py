@@ -96,7 +96,8 @@ def _browser(p, wav):
 
 
 @pytest.mark.slow
-def test_page_streams_the_microphone_and_shows_frames(live_server, example_dir, tmp_path):
+@pytest.mark.parametrize("output", ["jpeg", "h264"])
+def test_page_streams_the_microphone_and_shows_frames(live_server, example_dir, tmp_path, output):
     url, renderer = live_server
     wav = example_dir / "speech_24k_mono.wav"
     shot = tmp_path / "live_page.png"
@@ -104,13 +105,15 @@ def test_page_streams_the_microphone_and_shows_frames(live_server, example_dir, 
         browser = _browser(p, wav)
         try:
             page = browser.new_page()
-            page.goto(f"{url}?avatar=anna&autostart=1")
+            page.goto(f"{url}?avatar=anna&autostart=1&output={output}")
             page.wait_for_function("window.dittoLive.framesShown >= 15", timeout=60_000)
             live = page.evaluate("window.dittoLive")
             page.locator("#view").screenshot(path=str(shot))
         finally:
             browser.close()
-    assert live["error"] is None and live["state"] == "streaming"
+    assert live["error"] is None and live["state"] == "streaming" and live["output"] == output
+    if output == "h264":  # decoded by WebCodecs from the Annex-B access units, codec read from the SPS
+        assert live["codec"].startswith("avc1.") and live["chunksDecoded"] >= 15
     assert live["ready"]["width"] == 320 and live["audioScheduled"] >= live["framesShown"]
     import cv2
 
