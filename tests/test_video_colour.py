@@ -1,7 +1,6 @@
 """RGB -> yuv420p on the device against swscale, and the colour tags players read."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import av
 import cv2
@@ -12,9 +11,10 @@ from av.video.reformatter import ColorRange, Colorspace, Interpolation
 
 from ditto_core.video.colour import pad_to_even, rgb_to_yuv420p
 from ditto_core.video.writer import VideoWriter
+from tests.conftest import EXAMPLE
 from tests.triton_interpreter import run_interpreted
 
-PORTRAIT = Path(__file__).resolve().parents[2] / "shared" / "data" / "ditto_example" / "portrait.jpg"
+PORTRAIT = EXAMPLE / "portrait.jpg"  # DITTO_SHARED, as every test finds the shared data
 
 
 def swscale_yuv420p(image: np.ndarray, interpolation=Interpolation.AREA) -> np.ndarray:
@@ -29,8 +29,8 @@ def images() -> list[tuple[str, np.ndarray]]:
     found = [("random", rng.integers(0, 256, (70, 98, 3), dtype=np.uint8)),  # H % 4 == 2, W / 2 odd
              ("extremes", rng.choice(np.array([0, 255], np.uint8), (32, 48, 3)))]
     portrait = cv2.imread(str(PORTRAIT), cv2.IMREAD_COLOR)
-    if portrait is not None:
-        found.append(("portrait", cv2.cvtColor(portrait, cv2.COLOR_BGR2RGB)[100:420, 200:680].copy()))
+    assert portrait is not None, f"the example portrait is missing at {PORTRAIT}; set DITTO_SHARED"
+    found.append(("portrait", cv2.cvtColor(portrait, cv2.COLOR_BGR2RGB)[100:420, 200:680].copy()))
     return found
 
 
