@@ -1,7 +1,6 @@
 """RGB -> yuv420p on the device against swscale, and the colour tags players read."""
 from __future__ import annotations
 
-
 import av
 import cv2
 import numpy as np
