@@ -60,7 +60,9 @@ class LoadDittoModels(io.ComfyNode):
             if download_missing:
                 download.download_missing(folder, progress=comfy_progress())
             handle = ModelHandle(str(folder), str(torch_device), precision, str(avatar_cache_dir()))
-            REGISTRY.pipeline(handle)
+            # The first render's CUDA libraries and kernel choices get ready while the workflow's
+            # next nodes (avatar, audio, motion) run: the UI never waits for them (CUDA only).
+            REGISTRY.pipeline(handle).start_warmup()
         return io.NodeOutput(handle, ui=timer.ui())
 
 

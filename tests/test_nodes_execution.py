@@ -26,6 +26,7 @@ import folder_paths  # noqa: E402
 from ditto_core.audio.hubert_stub import write_stub_hubert  # noqa: E402
 from ditto_core.errors import InputError, MissingModelError  # noqa: E402
 from ditto_core.motion.motion_options import MotionOptions  # noqa: E402
+from ditto_core.pipeline import DittoPipeline  # noqa: E402
 from ditto_core.render.rendered_frames import VideoFrames  # noqa: E402
 from comfyui_ditto_pack.nodes.model_registry import REGISTRY  # noqa: E402
 from comfyui_ditto_pack.nodes.paths import register_model_folder  # noqa: E402
@@ -113,8 +114,6 @@ class TinyDecoder(nn.Module):
 @pytest.fixture(scope="module")
 def fast_handle(handle):
     """The real handle's pipeline with the tiny warp/decoder, under a handle of its own."""
-    from ditto_core.pipeline import DittoPipeline
-
     fast = replace(handle, model_dir=handle.model_dir + "/.")
     real = REGISTRY.pipeline(handle)
     models = replace(real.models, warp_network=TinyWarp().eval(), decoder=TinyDecoder().eval())
@@ -143,6 +142,13 @@ def test_load_models_resolves_folder_device_precision(handle, comfy_base):
     assert Path(handle.model_dir) == comfy_base / "models" / "ditto"
     assert Path(handle.cache_dir) == comfy_base / "user" / "ditto_avatar_cache"
     assert REGISTRY.is_loaded(handle)
+
+
+def test_load_models_starts_the_engines_warm_up(comfy_base, monkeypatch):
+    started = []
+    monkeypatch.setattr(DittoPipeline, "start_warmup", lambda self, prime="full": started.append((self, prime)))
+    handle = NODES["DittoLoadModels"].execute(**LOAD)[0]
+    assert started == [(REGISTRY.pipeline(handle), "full")]
 
 
 def test_register_avatar_no_detector_and_cache(handle, portrait, source, comfy_base):
