@@ -504,29 +504,40 @@ def test_half_precision_error_vs_fp32(official_ckpt_dir, gpu_networks, load_case
     assert half.dtype == dtype and error < bound
 
 
-@pytest.mark.gpu
-def test_background_warmup_on_cuda_while_this_thread_captures_a_graph(gpu_networks, tmp_path, monkeypatch):
-    """The real thing: Inductor compiles in the warm-up thread while this thread renders eagerly
-    and records a CUDA graph (as the LMDM sampler does during the motion stage); both paths give
-    the same frames."""
-    warp, decoder = gpu_networks["warp_network"], gpu_networks["decoder"]
-    generator = torch.Generator().manual_seed(5)
+def _six_frame_cuda_clip(seed: int) -> tuple[SourceInfo, MotionSequence]:
+    """One random 64x64 feature volume and six keypoint frames around it, on CUDA."""
+    generator = torch.Generator().manual_seed(seed)
     source = make_source(torch.randn(1, 32, 16, 64, 64, generator=generator)).to("cuda")
     kp = torch.randn(1, NUM_KP, 3, generator=generator) * 0.3
     motion = MotionSequence(kp_source=kp.expand(6, -1, -1).cuda(),
                             kp_driving=(kp + 0.02 * torch.randn(6, NUM_KP, 3, generator=generator)).cuda(),
                             source_index=torch.zeros(6, dtype=torch.int64, device="cuda"))
-    eager = WarpDecodeEngine(warp, decoder, batch_size=4, compile=False).render(source, motion).images
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
-    engine = WarpDecodeEngine(warp, decoder, batch_size=4, cache_dir=tmp_path, warmup="background")
-    engine.start_warmup()
-    warm = engine._warmups[(True, 4)]
+    return source, motion
+
+
+def _record_a_graph_on_this_thread() -> None:
+    """Record and replay a small CUDA graph here, as the LMDM sampler does during the motion stage."""
     x = torch.randn(64, 64, device="cuda")
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, capture_error_mode="thread_local"):
         y = (x @ x).relu() @ x
     graph.replay()
     assert rel_l2(y, (x @ x).relu() @ x) < 1e-5
+
+
+@pytest.mark.gpu
+def test_background_warmup_on_cuda_while_this_thread_captures_a_graph(gpu_networks, tmp_path, monkeypatch):
+    """The real thing: Inductor compiles in the warm-up thread while this thread renders eagerly
+    and records a CUDA graph (as the LMDM sampler does during the motion stage); both paths give
+    the same frames."""
+    warp, decoder = gpu_networks["warp_network"], gpu_networks["decoder"]
+    source, motion = _six_frame_cuda_clip(seed=5)
+    eager = WarpDecodeEngine(warp, decoder, batch_size=4, compile=False).render(source, motion).images
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    engine = WarpDecodeEngine(warp, decoder, batch_size=4, cache_dir=tmp_path, warmup="background")
+    engine.start_warmup()
+    warm = engine._warmups[(True, 4)]
+    _record_a_graph_on_this_thread()
     got = engine.render(source, motion).images
     assert rel_l2(got, eager) < 1e-4
     assert warm.ready.wait(timeout=600) and warm.error is None
@@ -541,22 +552,12 @@ def test_priming_beside_a_graph_capture_changes_no_frame(gpu_networks):
     """The CLI primes the eager path while the motion stage records the LMDM's CUDA graph on the
     main thread; the clip then renders exactly as without priming, after the priming ended."""
     warp, decoder = gpu_networks["warp_network"], gpu_networks["decoder"]
-    generator = torch.Generator().manual_seed(6)
-    source = make_source(torch.randn(1, 32, 16, 64, 64, generator=generator)).to("cuda")
-    kp = torch.randn(1, NUM_KP, 3, generator=generator) * 0.3
-    motion = MotionSequence(kp_source=kp.expand(6, -1, -1).cuda(),
-                            kp_driving=(kp + 0.02 * torch.randn(6, NUM_KP, 3, generator=generator)).cuda(),
-                            source_index=torch.zeros(6, dtype=torch.int64, device="cuda"))
+    source, motion = _six_frame_cuda_clip(seed=6)
     plain = WarpDecodeEngine(warp, decoder, batch_size=4, compile=False).render(source, motion).images
     engine = WarpDecodeEngine(warp, decoder, batch_size=4, compile_min_frames=10**6)  # a short clip: eager
     engine.prime()
     assert engine._prime is not None
-    x = torch.randn(64, 64, device="cuda")
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-        y = (x @ x).relu() @ x
-    graph.replay()
-    assert rel_l2(y, (x @ x).relu() @ x) < 1e-5
+    _record_a_graph_on_this_thread()
     got = engine.render(source, motion).images
     assert not engine._prime.is_alive() and engine.stats.graph_batches == 0
     assert rel_l2(got, plain) < 1e-6
