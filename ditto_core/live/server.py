@@ -109,6 +109,15 @@ class WarmUpFailed(DittoError):
     """The avatar's runtime could not warm up (the log has the traceback)."""
 
 
+@dataclass
+class _RuntimeWarmUp:
+    """One runtime's warm-up: running until ``done``; ``failure`` says why it did not succeed."""
+
+    started: float  # time.monotonic()
+    done: bool = False
+    failure: Optional[str] = None
+
+
 class LiveAvatars:
     """Avatars that clients may open, each with the runtime of the pipeline it was registered with.
 
@@ -126,9 +135,7 @@ class LiveAvatars:
         self._avatars: dict[str, tuple[Any, SourceInfo]] = {}
         self._runtimes: dict[int, LiveRuntime] = {}
         self._runtime_options = runtime_options
-        self._warming: dict[int, float] = {}  # runtime's pipeline id -> when its warm-up started
-        self._warmed: set[int] = set()
-        self._warm_failures: dict[int, str] = {}
+        self._warmups: dict[int, _RuntimeWarmUp] = {}  # runtime's pipeline id -> its warm-up
 
     def publish(self, avatar_id: str, pipeline, source: SourceInfo) -> None:
         if not isinstance(avatar_id, str) or not avatar_id or len(avatar_id) > 128:
@@ -143,7 +150,7 @@ class LiveAvatars:
     def status(self) -> dict:
         """What ``GET /ditto/live/avatars`` answers: the ids, and whether streams can open now."""
         with self._lock:
-            started = min(self._warming.values(), default=None)
+            started = min((w.started for w in self._warmups.values() if not w.done), default=None)
             status = {"avatars": sorted(self._avatars), "ready": started is None}
             if started is not None:
                 status["warming_s"] = round(time.monotonic() - started, 1)
@@ -152,16 +159,17 @@ class LiveAvatars:
     def open(self, avatar_id: Any) -> tuple[LiveRuntime, SourceInfo]:
         with self._lock:
             runtime, source, key = self._runtime_of(avatar_id)
-            if key in self._warming:
+            warm_up = self._warmups.get(key)
+            if warm_up is not None and not warm_up.done:
                 raise WarmingUp(
                     f"avatar {avatar_id!r} is not ready: the server is compiling its engines and recording its "
-                    f"CUDA graphs (for {time.monotonic() - self._warming[key]:.0f} s so far; minutes the first time "
+                    f"CUDA graphs (for {time.monotonic() - warm_up.started:.0f} s so far; minutes the first time "
                     "on a machine, seconds from its caches). Try again shortly; GET /ditto/live/avatars says when "
                     "it is ready."
                 )
-            if key in self._warm_failures:
+            if warm_up is not None and warm_up.failure is not None:
                 raise WarmUpFailed(f"avatar {avatar_id!r} cannot stream: its warm-up failed "
-                                   f"({self._warm_failures[key]}); the server's log has the details.")
+                                   f"({warm_up.failure}); the server's log has the details.")
             return runtime, source
 
     def _runtime_of(self, avatar_id: Any) -> tuple[LiveRuntime, SourceInfo, int]:
@@ -178,16 +186,15 @@ class LiveAvatars:
 
     def warm_up_in_background(self, avatar_id: str, options: MotionOptions,
                               several_avatars: bool = True) -> Optional[threading.Thread]:
-        """Warm the runtime of ``avatar_id`` up on a thread (once per runtime; None if it is, or is
-        being, warmed up). Its avatars are refused until the thread ends."""
+        """Warm the runtime of ``avatar_id`` up on a thread (once per runtime, again after a failed
+        one; None if it is, or is being, warmed up). Its avatars are refused until the thread ends."""
         with self._lock:
             runtime, source, key = self._runtime_of(avatar_id)
-            if key in self._warming or key in self._warmed:
+            if key in self._warmups and self._warmups[key].failure is None:
                 return None
-            self._warming[key] = time.monotonic()
+            warm_up = self._warmups[key] = _RuntimeWarmUp(time.monotonic())
 
         def warm() -> None:
-            started = time.monotonic()
             try:
                 runtime.warm_up(source, options, several_avatars=several_avatars)
             except Exception as error:  # the avatars' clients hear of it when they open
@@ -195,15 +202,9 @@ class LiveAvatars:
                 failure = f"{type(error).__name__}: {error}"
             else:
                 failure = None
-                log.info("Ditto live: ready after a %.0f s warm-up", time.monotonic() - started)
-            with self._lock:
-                if self._runtimes.get(key) is not runtime:  # withdrawn meanwhile: nothing to record
-                    return
-                del self._warming[key]
-                if failure is None:
-                    self._warmed.add(key)
-                else:
-                    self._warm_failures[key] = failure
+                log.info("Ditto live: ready after a %.0f s warm-up", time.monotonic() - warm_up.started)
+            with self._lock:  # a runtime withdrawn meanwhile took this record with it
+                warm_up.done, warm_up.failure = True, failure
 
         thread = threading.Thread(target=warm, name="ditto-live-warmup", daemon=True)
         thread.start()
@@ -219,9 +220,7 @@ class LiveAvatars:
             for avatar_id in withdrawn:
                 del self._avatars[avatar_id]
             runtime = self._runtimes.pop(key, None)
-            self._warming.pop(key, None)
-            self._warmed.discard(key)
-            self._warm_failures.pop(key, None)
+            self._warmups.pop(key, None)
         if runtime is not None:
             runtime.shutdown(reason)
         return withdrawn
