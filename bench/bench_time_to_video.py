@@ -352,7 +352,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                 with av.open(str(args.audio)) as container:
                     seconds = float(container.duration / 1e6)
             jobs = list(_speech_variants(args.audio, min(seconds, args.max_seconds or seconds), work))
-            firsts, seconds_ = {}, {warmup: [] for warmup in args.warmups}
+            firsts, later = {}, {warmup: [] for warmup in args.warmups}
             for warmup in args.warmups:
                 args.warmup = warmup
                 cache_root = work / f"cache_{clip}_{warmup}"  # empty: the first child is a first-ever run
@@ -362,9 +362,9 @@ def main(argv: Optional[list[str]] = None) -> None:
             for _ in range(args.repeats):
                 for warmup in args.warmups:
                     args.warmup = warmup
-                    seconds_[warmup].append(_run_child(args, work / f"cache_{clip}_{warmup}", jobs, work,
+                    later[warmup].append(_run_child(args, work / f"cache_{clip}_{warmup}", jobs, work,
                                                        f"{clip}_{warmup}_new_process"))
-                    result["clips"][f"{clip}/{warmup}"] = _summarise(firsts[warmup], seconds_[warmup])
+                    result["clips"][f"{clip}/{warmup}"] = _summarise(firsts[warmup], later[warmup])
                     if args.out:  # after every child: a run stopped by its time limit keeps what it measured
                         args.out.parent.mkdir(parents=True, exist_ok=True)
                         args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
