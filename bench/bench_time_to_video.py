@@ -353,17 +353,16 @@ def main(argv: Optional[list[str]] = None) -> None:
                     seconds = float(container.duration / 1e6)
             jobs = list(_speech_variants(args.audio, min(seconds, args.max_seconds or seconds), work))
             firsts, later = {}, {warmup: [] for warmup in args.warmups}
+            caches = {warmup: work / f"cache_{clip}_{warmup}" for warmup in args.warmups}
             for warmup in args.warmups:
-                args.warmup = warmup
-                cache_root = work / f"cache_{clip}_{warmup}"  # empty: the first child is a first-ever run
-                firsts[warmup] = _run_child(args, cache_root, jobs[:1], work, f"{clip}_{warmup}_first_ever")
+                args.warmup = warmup  # caches empty: the first child is a first-ever run
+                firsts[warmup] = _run_child(args, caches[warmup], jobs[:1], work, f"{clip}_{warmup}_first_ever")
             # New processes of the variants in turn, so that a machine that drifts during the run
             # weighs on every variant alike.
             for _ in range(args.repeats):
                 for warmup in args.warmups:
                     args.warmup = warmup
-                    later[warmup].append(_run_child(args, work / f"cache_{clip}_{warmup}", jobs, work,
-                                                       f"{clip}_{warmup}_new_process"))
+                    later[warmup].append(_run_child(args, caches[warmup], jobs, work, f"{clip}_{warmup}_new_process"))
                     result["clips"][f"{clip}/{warmup}"] = _summarise(firsts[warmup], later[warmup])
                     if args.out:  # after every child: a run stopped by its time limit keeps what it measured
                         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -371,7 +370,7 @@ def main(argv: Optional[list[str]] = None) -> None:
             if args.profile:  # one more child each, profiled: its times are inflated, only its call tree is kept
                 for warmup in args.warmups:
                     args.warmup = warmup
-                    _run_child(args, work / f"cache_{clip}_{warmup}", jobs[:1], work, f"{clip}_{warmup}_profiled")
+                    _run_child(args, caches[warmup], jobs[:1], work, f"{clip}_{warmup}_profiled")
     result["goals"] = {k: {"op": op, "value": v} for k, (op, v) in GOALS.items()}
     _print_table(result)
     if args.out:
