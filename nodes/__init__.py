@@ -35,7 +35,9 @@ class DittoExtension(ComfyExtension):
         live_nodes.register_live_routes()  # /ditto/live on ComfyUI's own server
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
-        register_model_folder()  # before any schema lists the model folders
+        # ComfyUI releases up to at least 0.3.6x ask for the node list but never call on_load (the
+        # live routes were then never mounted): its steps are done here too, each of them once.
+        await self.on_load()  # before any schema lists the model folders
         install_sample_inputs()  # before the Load nodes list the input folder
         return list(NODE_CLASSES)
 

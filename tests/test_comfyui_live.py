@@ -254,3 +254,53 @@ def test_comfyuis_unload_models_frees_dittos_networks(comfy):
     assert _request(f"{url}/free", {"unload_models": True})[0] == 200
     time.sleep(5)  # the prompt worker applies the flag between prompts, at least once a second
     assert load_models("fp32") == loaded + 1, "POST /free did not unload Ditto's networks"
+
+
+def test_a_published_avatar_streams_from_comfyuis_own_server_until_its_models_are_unloaded(comfy):
+    """Publish Live Avatar in a queued prompt: the avatar's runtime warms up in the background,
+    /ditto/live/avatars says when it is ready, a WebSocket stream gets its first frames in order;
+    ComfyUI's "Unload Models" then withdraws the avatar with its models."""
+    import asyncio
+
+    import aiohttp
+
+    from ditto_core.live.server import unpack_frame
+
+    url, _ = comfy
+    _run_prompt(url, {
+        "1": {"class_type": "DittoLoadModels",
+              "inputs": {"model_folder": ".", "device": "cpu", "precision": "fp32", "download_missing": False}},
+        "2": {"class_type": "LoadImage", "inputs": {"image": "ditto_portrait.jpg"}},
+        "3": {"class_type": "DittoRegisterAvatar",
+              "inputs": {"models": ["1", 0], "image": ["2", 0], "detect_face": False, "use_cache": True,
+                         "crop_scale": 2.3, "crop_vx_ratio": 0.0, "crop_vy_ratio": -0.125, "face_index": -1,
+                         "max_size": 1920, "video_smoothing": 13}},
+        "4": {"class_type": "DittoPublishLiveAvatar",
+              "inputs": {"models": ["1", 0], "source": ["3", 0], "avatar_id": "anna"}},
+    })
+    deadline = time.monotonic() + 120
+    while (status := _request(f"{url}/ditto/live/avatars")[1]) != {"avatars": ["anna"], "ready": True}:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.5)
+
+    async def stream() -> list[int]:
+        async with aiohttp.ClientSession() as session:
+            ws = await session.ws_connect(f"{url}/ditto/live/ws")
+            await ws.send_str(json.dumps({"type": "open", "avatar": "anna", "idle": False, "max_size": 128,
+                                          "options": {"steps": 2}}))
+            assert json.loads((await ws.receive(timeout=60)).data)["type"] == "ready"
+            await ws.send_bytes(b"\x00\x10" * 8000)  # the half second the first frames need
+            indices = []
+            while len(indices) < 5:
+                msg = await ws.receive(timeout=RUN_TIMEOUT_S)
+                assert msg.type == aiohttp.WSMsgType.BINARY, msg
+                indices.append(unpack_frame(msg.data)[0])
+            await ws.close()
+            return indices
+
+    assert asyncio.run(stream()) == list(range(5))
+    assert _request(f"{url}/free", {"unload_models": True})[0] == 200
+    deadline = time.monotonic() + 30
+    while (status := _request(f"{url}/ditto/live/avatars")[1])["avatars"]:
+        assert time.monotonic() < deadline, f"the avatar outlived its unloaded models: {status}"
+        time.sleep(0.5)

@@ -39,6 +39,14 @@ def prompt_server(monkeypatch):
     return PromptServer.instance
 
 
+def test_routes_are_mounted_by_a_comfyui_that_only_asks_for_the_node_list(prompt_server):
+    """ComfyUI releases that never call on_load (0.3.6x) still get the live routes."""
+    extension = asyncio.run(pack.comfy_entrypoint())
+    assert asyncio.run(extension.get_node_list())
+    assert sorted(route.path for route in prompt_server.routes) == ["/ditto/live", "/ditto/live/avatars",
+                                                                     "/ditto/live/ws"]
+
+
 def test_routes_on_comfyui_stream_a_published_avatar(prompt_server, monkeypatch, tmp_path):
     pipeline = light_pipeline(tmp_path)
     sampler = ProjectionSampler()
