@@ -13,9 +13,10 @@ time in 20 ms chunks. Parts:
 * ``first_frame``: the schedule's audio delay (samples the first frame needs: 485 ms with
   overlap 75) and the compute after it: that audio pushed at once, time to the first frame;
 * ``one_stream``: chunk latency (a window's last sample in -> its 5 frames encoded) p50/p95;
-* ``concurrency``: N real-time streams at once for each N of ``--streams``: p95 chunk latency,
-  frames short of real time, stalls; ``max_realtime_streams`` is the largest N with p95 <=
-  200 ms and no drops;
+* ``concurrency``: N real-time streams at once (started together, so their speech arrives in
+  step) for each N of ``--streams`` and each ``--round-frames`` setting: p95 chunk latency,
+  frames short of real time, stalls, and the runtime's rounds (frames, windows, motion / queue /
+  render times); ``max_realtime_streams`` is the largest N with p95 <= 200 ms and no drops;
 * ``av_sync``: every frame's audio slice against the pushed speech (offset in samples);
 * ``profile`` (with ``--profile DIR``): a 3-s stream under torch.profiler, its trace in DIR;
 * ``long_stream``: one stream for ``--minutes`` of speech pushed as fast as it is animated:
@@ -36,6 +37,7 @@ import torch
 
 from ditto_core.audio.hubert import HubertFeatureExtractor
 from ditto_core.live import AvatarStream, LiveRuntime, StreamConfig
+from ditto_core.live.runtime import BATCH_LADDER
 from ditto_core.motion.motion_options import MotionOptions
 from ditto_core.pipeline import DittoPipeline
 from ditto_core.precision import NETWORK_PRECISIONS, network_dtype
@@ -136,35 +138,48 @@ def profile_stream(runtime, source, options, config, out_dir: Path):
             "chunk_latency_p95_ms": 1000 * stats["chunk_latency_p95_s"]}
 
 
-def concurrency(runtime, source, options, config, counts, seconds):
-    levels = []
-    for n in counts:
-        if n > runtime.max_streams:
-            break
-        speech = [_speech(seconds, seed=i) for i in range(n)]
+def concurrency(runtime, source, options, config, counts, seconds, round_frames=(None,)):
+    """N streams in step for each N of ``counts``, under each ``round_frames`` setting of the
+    runtime in turn (None: its default), side by side; a setting stops at its first N missed."""
+    variants = {}
+    for setting in round_frames:
+        runtime.round_frames = setting or max(BATCH_LADDER)
+        levels = []
+        for n in counts:
+            if n > runtime.max_streams:
+                break
+            level = _concurrency_level(runtime, source, options, config, n, seconds)
+            print({"round_frames": runtime.round_frames, **level}, flush=True)
+            levels.append(level)
+            if not level["realtime_ok"]:
+                break
+        ok = [lv["streams"] for lv in levels if lv["realtime_ok"]]
+        variants[f"round_frames={runtime.round_frames}"] = {"levels": levels,
+                                                            "max_realtime_streams": max(ok) if ok else 0}
+    best = max(v["max_realtime_streams"] for v in variants.values())
+    return {"variants": variants, "max_realtime_streams": best, "goal_streams": 12}
 
-        async def run():
-            return await asyncio.gather(*(
-                _run_stream(runtime, source, options, config, s, keep=lambda f: f.index) for s in speech))
 
-        asyncio.run(_warm(runtime, source, options, config, n))
-        start = time.monotonic()
-        results = asyncio.run(run())
-        wall = time.monotonic() - start
-        expected = 5 * math.ceil((int(seconds * 16000) + 1920) / 3200) + 5
-        p95 = [r[1]["chunk_latency_p95_s"] for r in results]
-        short = sum(max(0, expected - len(r[0])) for r in results)
-        gaps = sum(1 for r in results if r[0] != list(range(len(r[0]))))
-        level = {"streams": n, "chunk_latency_p95_ms_max": round(1000 * max(p95), 2),
-                 "chunk_latency_p50_ms_median": round(1000 * _pct([r[1]["chunk_latency_p50_s"] for r in results], 0.5), 2),
-                 "frames_missing": short, "streams_with_gaps": gaps, "wall_s": round(wall, 2),
-                 "realtime_ok": max(p95) <= 0.2 and short == 0 and gaps == 0}
-        print(level, flush=True)
-        levels.append(level)
-        if not level["realtime_ok"]:
-            break
-    ok = [lv["streams"] for lv in levels if lv["realtime_ok"]]
-    return {"levels": levels, "max_realtime_streams": max(ok) if ok else 0, "goal_streams": 12}
+def _concurrency_level(runtime, source, options, config, n, seconds):
+    speech = [_speech(seconds, seed=i) for i in range(n)]
+
+    async def run():
+        return await asyncio.gather(*(
+            _run_stream(runtime, source, options, config, s, keep=lambda f: f.index) for s in speech))
+
+    asyncio.run(_warm(runtime, source, options, config, n))
+    runtime.clear_round_stats()
+    start = time.monotonic()
+    results = asyncio.run(run())
+    wall = time.monotonic() - start
+    expected = 5 * math.ceil((int(seconds * 16000) + 1920) / 3200) + 5
+    p95 = [r[1]["chunk_latency_p95_s"] for r in results]
+    short = sum(max(0, expected - len(r[0])) for r in results)
+    gaps = sum(1 for r in results if r[0] != list(range(len(r[0]))))
+    return {"streams": n, "chunk_latency_p95_ms_max": round(1000 * max(p95), 2),
+            "chunk_latency_p50_ms_median": round(1000 * _pct([r[1]["chunk_latency_p50_s"] for r in results], 0.5), 2),
+            "frames_missing": short, "streams_with_gaps": gaps, "wall_s": round(wall, 2),
+            "realtime_ok": max(p95) <= 0.2 and short == 0 and gaps == 0, "rounds": runtime.round_stats()}
 
 
 async def _warm(runtime, source, options, config, n):
@@ -220,6 +235,9 @@ def main() -> None:
     parser.add_argument("--output", choices=("jpeg", "h264"), default="jpeg", help="how frames are encoded")
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 4, 8, 12, 16, 20, 24])
     parser.add_argument("--seconds", type=float, default=12.0, help="speech per stream in the concurrency part")
+    parser.add_argument("--round-frames", type=int, nargs="+", default=[0],
+                        help="LiveRuntime round_frames settings compared in the concurrency part (0: the default, "
+                             "the largest render batch; e.g. 1000 for rounds as large as the streams due)")
     parser.add_argument("--minutes", type=float, default=5.0, help="speech in the long-stream memory part")
     parser.add_argument("--quick", action="store_true",
                         help="tiny CPU smoke run of the script itself (frames are noise, warp+decode is skipped)")
@@ -266,7 +284,8 @@ def main() -> None:
             "one_stream": lambda: one_stream(runtime, source, options, config, 4 * args.seconds / 3),
             "av_sync": lambda: av_sync(runtime, source, options, config),
             **({"profile": lambda: profile_stream(runtime, source, options, config, args.profile)} if args.profile else {}),
-            "concurrency": lambda: concurrency(runtime, source, options, config, args.streams, args.seconds),
+            "concurrency": lambda: concurrency(runtime, source, options, config, args.streams, args.seconds,
+                                               [r or None for r in args.round_frames]),
             "long_stream": lambda: long_stream(runtime, source, options, config, args.minutes),
         }
         for name, part in parts.items():

@@ -273,3 +273,44 @@ def test_idle_animates_silence_and_clear_drops_queued_speech(pipeline):
 
 def test_sampler_batches_are_padded_to_powers_of_two():
     assert [lmdm_batch(n) for n in (1, 2, 3, 4, 5, 8, 9, 12, 17)] == [1, 2, 4, 4, 8, 8, 16, 16, 32]
+
+
+def test_a_round_samples_at_most_round_frames_and_the_rest_follow_in_turn(pipeline):
+    """Five streams whose speech arrives in step, rounds of at most two windows (10 frames): every
+    sampler call and every render round holds at most two streams, the streams left out of a round
+    lead the next, and each stream's motion is the one the uncapped runtime makes."""
+
+    def run(round_frames):
+        runtime = LiveRuntime(pipeline, max_streams=5, renderer=RecordingRenderer(), round_frames=round_frames)
+        sampler = ProjectionSampler()
+        runtime.sampler = lambda options: sampler
+        speech = [(0.1 * np.random.default_rng(20 + i).standard_normal(9000)).astype(np.float32) for i in range(5)]
+        sources = [random_source(1, is_image=True, seed=30 + i) for i in range(5)]
+        results = asyncio.run(_stream_all(runtime, [(src, MotionOptions(), [audio]) for src, audio in zip(sources, speech)]))
+        rounds = runtime.round_stats()
+        runtime.shutdown()
+        motions = {}
+        for position, (stream_id, frames) in enumerate(results):
+            assert [f.index for f in frames] == list(range(len(frames)))
+            recorded = sorted(runtime.renderer.motions[stream_id], key=lambda r: r[0])
+            motions[position] = torch.cat([m.kp_driving for _, m in recorded])
+        return motions, sampler.batches, rounds
+
+    capped, batches, rounds = run(round_frames=10)
+    assert max(batches) <= 2 and rounds["frames"]["max"] <= 10 and rounds["windows"]["max"] <= 2
+    whole, whole_batches, _ = run(round_frames=None)
+    assert max(whole_batches) > 2  # in step, the uncapped runtime samples more windows at once
+    assert capped.keys() == whole.keys()
+    for position in whole:
+        torch.testing.assert_close(capped[position], whole[position])
+
+
+def test_the_round_after_a_capped_one_starts_with_the_streams_it_left_out():
+    runtime = LiveRuntime.__new__(LiveRuntime)  # only the rotation's state is needed
+    runtime._last_sampled = 0
+    states = [type("S", (), {"id": i})() for i in (1, 2, 3, 4)]
+    assert [s.id for s in runtime._from_last_sampled(states)] == [1, 2, 3, 4]
+    runtime._last_sampled = 2
+    assert [s.id for s in runtime._from_last_sampled(states)] == [3, 4, 1, 2]
+    runtime._last_sampled = 4
+    assert [s.id for s in runtime._from_last_sampled(states)] == [1, 2, 3, 4]

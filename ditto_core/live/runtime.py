@@ -16,7 +16,10 @@ Two worker threads share the device, in rounds:
 The two threads overlap one round's rendering with the next round's motion. Every stream gets
 at most one LMDM window per round, so a stream that pushes a whole speech at once cannot starve
 the others (fair by construction), and a stream whose client stops reading (too many frames
-waiting) is skipped until it catches up. The runtime owns its samplers, engines, HuBERT
+waiting) is skipped until it catches up. A round samples windows for at most ``round_frames``
+frames (the largest render batch): when more streams are due at once, as when their speech
+arrives in step, the rest go into the next round, which the motion thread samples while the
+render thread renders the first, and the next round starts where the last one stopped. The runtime owns its samplers, engines, HuBERT
 session and stitcher: the CUDA graphs in them are not shared with whatever else uses the pipeline.
 """
 from __future__ import annotations
@@ -62,6 +65,9 @@ stream that pushed a long speech at once catches up without holding the others' 
 
 BATCH_LADDER = (5, 10, 20, 40)
 """Compiled warp+decode batch sizes: a round's frames go through the smallest that holds them."""
+
+_ROUNDS_KEPT = 500
+"""Recent rounds whose timings :meth:`LiveRuntime.round_stats` summarises."""
 
 
 class RuntimeStopped(DittoError):
@@ -132,6 +138,17 @@ class LiveFrame:
     packet: Optional[bytes] = None  # encoded frame: a JPEG, or an H.264 Annex-B access unit (pts = index)
 
 
+@dataclass(frozen=True)
+class RoundTiming:
+    """Host times of one round, for :meth:`LiveRuntime.round_stats` (a benchmark's view inside)."""
+
+    windows: int  # LMDM windows that released frames
+    frames: int  # frames rendered
+    motion_s: float  # the motion thread's round: input, HuBERT, LMDM, stitching launched
+    waited_s: float  # queued behind the round before it on the render thread
+    render_s: float  # warp+decode, put-back and host copies of its frames, done
+
+
 class FrameRenderer(Protocol):
     """Renders a round's jobs: returns, per job with motion, (k, H, W, 3) uint8 frames on the host."""
 
@@ -194,15 +211,23 @@ class LiveRuntime:
             the open streams change. Off by default: those recordings happen while streams are
             served, and the one H200 run with them on faulted once four streams opened
             (docs/LIVE.md); the batched eager stitching is the default.
+        round_frames: frames a round's windows may release (at least one window per round);
+            default the largest of ``batch_ladder``. Windows due beyond it wait for the next
+            round, which is sampled while this one renders.
     """
 
     def __init__(
         self, pipeline, max_streams: int = 4, renderer: Optional[FrameRenderer] = None, encoder_threads: int = 4,
         compile: Optional[bool] = None, batch_ladder: tuple[int, ...] = BATCH_LADDER,
         sampler_factory: Optional[Callable[[MotionOptions], DDIMSampler]] = None, stitch_graphs: bool = False,
+        round_frames: Optional[int] = None,
     ) -> None:
         if not (isinstance(max_streams, int) and max_streams >= 1):
             raise InputError(f"max_streams must be a positive integer, got {max_streams!r}.")
+        round_frames = max(batch_ladder) if round_frames is None else round_frames
+        if not (isinstance(round_frames, int) and round_frames >= 1):
+            raise InputError(f"round_frames must be a positive integer, got {round_frames!r}.")
+        self.round_frames = round_frames
         self.pipeline = pipeline
         self.device = pipeline.device
         self.max_streams = max_streams
@@ -230,6 +255,9 @@ class LiveRuntime:
         self._render_ready = threading.Condition()
         self._stopping = False
         self._error: Optional[BaseException] = None
+        self._last_sampled = 0  # id of the last stream a round sampled: the next round starts after it
+        self._deferred = False  # the last round left due windows to the next one
+        self._rounds: deque = deque(maxlen=_ROUNDS_KEPT)  # RoundTiming of recent rounds
         self._threads = [
             threading.Thread(target=self._motion_loop, name="ditto-live-motion", daemon=True),
             threading.Thread(target=self._render_loop, name="ditto-live-render", daemon=True),
@@ -376,7 +404,6 @@ class LiveRuntime:
 
     def stats(self, state: StreamState) -> dict:
         lat = sorted(state.chunk_latency)
-        pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else None  # noqa: E731
         return {
             "stream": state.id,
             "frames_out": state.motion.frames_out,
@@ -386,11 +413,34 @@ class LiveRuntime:
             "backlog_frames": state.backlog,
             "buffered_speech_s": round(state.buffered_seconds(), 3),
             "first_frame_latency_s": state.first_frame_latency,
-            "chunk_latency_p50_s": pick(0.5),
-            "chunk_latency_p95_s": pick(0.95),
+            "chunk_latency_p50_s": _quantile(lat, 0.5),
+            "chunk_latency_p95_s": _quantile(lat, 0.95),
             "active_streams": self.active_streams,
             "max_streams": self.max_streams,
         }
+
+    def round_stats(self) -> dict:
+        """Recent rounds (up to the last :data:`_ROUNDS_KEPT`): how many, the frames and windows
+        each held, and p50/p95 of each part of their time, in milliseconds."""
+        rounds = list(self._rounds)
+        if not rounds:
+            return {"rounds": 0}
+
+        def summary(values: list[float], scale: float = 1.0) -> dict:
+            values = sorted(values)
+            return {"p50": round(scale * _quantile(values, 0.5), 2), "p95": round(scale * _quantile(values, 0.95), 2),
+                    "max": round(scale * values[-1], 2)}
+
+        return {
+            "rounds": len(rounds),
+            "frames": summary([r.frames for r in rounds]),
+            "windows": summary([r.windows for r in rounds]),
+            **{f"{part}_ms": summary([getattr(r, f"{part}_s") for r in rounds], 1000.0)
+               for part in ("motion", "waited", "render")},
+        }
+
+    def clear_round_stats(self) -> None:
+        self._rounds.clear()
 
     def stalled_for(self, state: StreamState) -> float:
         """Seconds the stream has been paused because its client does not take frames."""
@@ -426,10 +476,11 @@ class LiveRuntime:
                         if self._stopping:
                             return
                         streams = list(self._streams.values())
+                    began = time.monotonic()
                     jobs = self._motion_round(streams)
                     if jobs:
-                        self._queue_render(jobs)
-                    else:
+                        self._queue_render(jobs, began)
+                    elif not self._deferred:
                         with self._wake:
                             if not self._stopping:
                                 self._wake.wait(timeout=0.01)
@@ -513,14 +564,25 @@ class LiveRuntime:
         batch = [w for _, ws in speech for w in ws]
         sizes = [len(ws) for _, ws in speech]
         features = self.hubert_windows.encode(torch.stack(batch)).split(sizes) if batch else [()] * len(speech)
+        due: list[StreamState] = []
         for (state, _), mine in zip(speech, features):
             try:
                 self._take_features(state, mine)
-                if state.stalled_since is not None or state.finished:
-                    continue
+                if state.stalled_since is None and not state.finished:
+                    due.append(state)
+            except DittoError as error:
+                self._fail(state, error)
+        frames, self._deferred = 0, False
+        for state in self._from_last_sampled(due):
+            try:
                 window = state.motion.next_window()
                 if window is not None:
+                    if windows and frames + window.valid > self.round_frames:
+                        self._deferred = True
+                        continue
+                    frames += window.valid
                     windows.append((state, window))
+                    self._last_sampled = state.id
                 elif state.motion.finished:
                     state.finished = True
                     jobs.append(RenderJob(state, state.epoch, state.motion.frames_out, None, torch.zeros(0, 640),
@@ -547,6 +609,12 @@ class LiveRuntime:
                 if release is not None:
                     released.append(release)
         return jobs + self._stitch_round(streams, released)
+
+    def _from_last_sampled(self, streams: list[StreamState]) -> list[StreamState]:
+        """``streams`` (in id order) starting after the last one a round sampled: when a round
+        cannot take every due window, the ones left out go first in the next."""
+        later = [state for state in streams if state.id > self._last_sampled]
+        return later + [state for state in streams if state.id <= self._last_sampled]
 
     def _sample(self, group: list[tuple[StreamState, MotionWindow]]) -> Tensor:
         """One batched DDIM call for windows of several streams: (B, 80, 265).
@@ -634,7 +702,8 @@ class LiveRuntime:
 
     # -- render thread ------------------------------------------------------------------------
 
-    def _queue_render(self, jobs: list[RenderJob]) -> None:
+    def _queue_render(self, jobs: list[RenderJob], began: float) -> None:
+        """Hand a round's jobs to the render thread (``began``: when its motion round started)."""
         made = None
         if self._render_stream is not None:
             for job in jobs:
@@ -643,7 +712,7 @@ class LiveRuntime:
                         tensor.record_stream(self._render_stream)
             made = torch.cuda.Event()
             made.record(self._motion_stream)
-        jobs = (jobs, made)
+        jobs = (jobs, made, began, time.monotonic())
         with self._render_ready:
             # Two rounds in flight at most: the motion thread waits rather than run ahead of the device.
             while len(self._render_queue) >= 2 and not self._stopping:
@@ -666,10 +735,14 @@ class LiveRuntime:
                     if callable(jobs):  # work that must run on this thread (warm_up)
                         jobs()
                     else:
-                        jobs, made = jobs
+                        jobs, made, began, queued = jobs
                         if made is not None:
                             torch.cuda.current_stream(self.device).wait_event(made)
-                        self._render_round(jobs)
+                        started = time.monotonic()
+                        frames = self._render_round(jobs)
+                        self._rounds.append(RoundTiming(
+                            windows=sum(job.motion is not None for job in jobs), frames=frames,
+                            motion_s=queued - began, waited_s=started - queued, render_s=time.monotonic() - started))
         except BaseException as error:
             self._fail_all(error)
 
@@ -694,7 +767,8 @@ class LiveRuntime:
         if failure:
             raise failure[0]
 
-    def _render_round(self, jobs: list[RenderJob]) -> None:
+    def _render_round(self, jobs: list[RenderJob]) -> int:
+        """Render a round's jobs and hand out their frames; returns how many frames it rendered."""
         live = [j for j in jobs if j.motion is not None and not j.stream.closed and j.epoch == j.stream.epoch]
         images = self.renderer.render(live) if live else []
         done = time.monotonic()
@@ -713,6 +787,7 @@ class LiveRuntime:
                     self._deliver_frame(state, job, k, frames[k])
             if job.final:
                 state.deliver(None)
+        return sum(image.shape[0] for image in images)
 
     def _deliver_frame(self, state: StreamState, job: RenderJob, k: int, image: Tensor) -> None:
         index = job.first_frame + k
@@ -756,6 +831,11 @@ def _cudagraph_thread_state() -> None:
     local.tree_manager_locks = defaultdict(threading.Lock)
     torch._C._stash_obj_in_tls("tree_manager_containers", local.tree_manager_containers)
     torch._C._stash_obj_in_tls("tree_manager_locks", local.tree_manager_locks)
+
+
+def _quantile(ordered: list, q: float):
+    """The ``q`` quantile of an ascending list (the nearest rank at or below), None when empty."""
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None
 
 
 def lmdm_batch(windows: int) -> int:
