@@ -5,6 +5,7 @@ import os
 import platform
 import sys
 import threading
+import time
 from pathlib import Path
 
 import av
@@ -245,6 +246,9 @@ def test_x264_threads_run_below_the_thread_that_opens_them(tmp_path):
         assert probe(tmp_path / f"n{nice}.mp4")["frames"].shape[0] == 4
     before = _tasks()
     with VideoWriter(tmp_path / "w.mp4", width=64, height=64, preset="ultrafast", threads=3) as writer:
+        deadline = time.monotonic() + 10
+        while len(_x264_levels(before)) < 3 and time.monotonic() < deadline:  # opened by the writer's thread
+            time.sleep(0.01)
         assert set(_x264_levels(before)) == {level}, "by default x264 runs level with the caller"
         writer.write(frames)
     for bad, encoders in ((-1, 1), (20, 1), (1.5, 1), (-1, 2), (True, 2)):
@@ -266,3 +270,37 @@ def test_parallel_segments_open_at_the_writers_nice(tmp_path, monkeypatch):
             writer.write(gradient_frames(4, 64, 64))
     assert opened == [5, 5, 5]
     assert probe(tmp_path / "p.mp4")["frames"].shape[0] == 12
+
+
+def test_the_writer_opens_its_encoder_while_the_caller_goes_on(tmp_path, monkeypatch):
+    """A one-encoder writer returns before x264 has opened (its thread opens it), frames written
+    meanwhile wait for it; an open that fails is raised at the next write, leaving no file."""
+    from ditto_core.video import encoder as encoder_module
+
+    release, opening = threading.Event(), threading.Event()
+    original = encoder_module._open_niced
+
+    def slow_open(context, nice):
+        opening.set()
+        assert release.wait(10)
+        original(context, nice)
+
+    monkeypatch.setattr(encoder_module, "_open_niced", slow_open)
+    with VideoWriter(tmp_path / "slow.mp4", width=64, height=64, preset="ultrafast",
+                     audio=(tone(0.4, 16000), 16000)) as writer:
+        assert opening.wait(10) and not release.is_set()  # the constructor did not wait for the open
+        writer.write(gradient_frames(6, 64, 64))
+        release.set()
+        writer.write(gradient_frames(4, 64, 64))
+    assert probe(tmp_path / "slow.mp4")["frames"].shape[0] == 10
+
+    def failing_open(context, nice):
+        raise encoder_module.av.FFmpegError(22, "refused by the test")
+
+    monkeypatch.setattr(encoder_module, "_open_niced", failing_open)
+    with pytest.raises(InputError, match="libx264 rejected"):
+        with VideoWriter(tmp_path / "refused.mp4", width=64, height=64, preset="ultrafast") as writer:
+            for _ in range(50):
+                writer.write(gradient_frames(4, 64, 64))
+                time.sleep(0.01)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["slow.mp4"]

@@ -39,7 +39,7 @@ from ..gil_turns import short_gil_turns
 from ..host_memory import trim_host_heap
 from .colour import pad_to_even, rgb_to_yuv420p
 from .encoder import (
-    X264_PRESETS, EncoderSettings, Mp4Joiner, Segment, SegmentEncoder, Waveform, check_encoder_options,
+    X264_PRESETS, EncoderSettings, Mp4Joiner, Segment, SegmentEncoder, Waveform, check_encoder_options, prepare_audio,
     check_frames, check_nice, DEFAULT_ENCODERS, default_preset, default_threads, usable_cores,
 )
 
@@ -200,13 +200,15 @@ class VideoWriter:
         self._joined = 0  # segments in the MP4 so far
         self._input_ended = False
 
+        # One encoder writes the whole file, opened by its thread as it starts: the caller renders
+        # its first frames meanwhile instead of waiting for x264 to set up its threads.
+        self._final: Optional[SegmentEncoder] = None
+        self._whole: Optional[dict] = None
         if parallel:
-            self._final: Optional[SegmentEncoder] = None
             self._joiner: Optional[Mp4Joiner] = Mp4Joiner(self.path, audio, metadata=metadata)
         else:
             self._joiner = None
-            self._final = SegmentEncoder(self.path, self.settings, audio=audio, whole=True, metadata=metadata,
-                                         nice=nice)
+            self._whole = {"audio": prepare_audio(audio) if audio is not None else None, "metadata": metadata}
         self._threads = [
             threading.Thread(target=_in_short_gil_turns, args=(self._encode_loop,), name=f"ditto-video-encoder-{i}",
                              daemon=True)
@@ -418,10 +420,15 @@ class VideoWriter:
 
     def _encode_loop(self) -> None:
         """Take segments until the end marker; after a failure, only recycle buffers."""
+        if self._whole is not None:
+            try:
+                self._final = SegmentEncoder(self.path, self.settings, whole=True, nice=self.nice, **self._whole)
+            except BaseException as error:  # handed to the producer by _ensure_usable
+                self._fail(error)
         while (job := self._jobs.get()) is not None:
             encoder, ended = self._final, False
             try:
-                if encoder is None and not self._stopping():
+                if encoder is None and self._whole is None and not self._stopping():
                     encoder = self._open_segment(job)
                 while (chunk := job.chunks.get()) is not None:
                     try:
