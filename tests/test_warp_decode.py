@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ditto_core import compilation
+from ditto_core import compilation, priming
 from ditto_core.errors import DittoError, InputError, Interrupted
 from ditto_core.models.checkpoints import load_network
 from ditto_core.models.depth_tap_conv import DepthTapConv3d
@@ -327,15 +327,16 @@ def test_priming_runs_the_first_and_a_full_batch_eagerly_on_cuda_only_and_never_
     warp, decoder = toy_networks()
     engine = WarpDecodeEngine(warp, decoder, batch_size=8, compile=False)
     engine.prime()
-    assert engine._prime is None  # on a CPU there is nothing to load ahead
-    engine._prime_eager()  # what the thread runs, run here
+    assert not engine._prime.started  # on a CPU there is nothing to load ahead
+    engine._prime_eager(full_batch=True)  # what the thread runs, run here
     assert decoder.batch_sizes == [4, 8]  # the clip's first batch and a full one
     engine._prime_eager(full_batch=False)
     assert decoder.batch_sizes == [4, 8, 4]
     monkeypatch.setattr(engine, "_forward", lambda *args: (_ for _ in ()).throw(RuntimeError("boom")))
-    with caplog.at_level(logging.INFO, logger=warp_decode.__name__):
-        engine._prime_eager()
-    assert "priming the eager path failed (RuntimeError: boom)" in caplog.text
+    with caplog.at_level(logging.INFO, logger=priming.__name__):
+        engine._prime.start(lambda: engine._prime_eager(True), engine.device)  # as prime() does on CUDA
+        engine._primed()
+    assert "warp+decode: priming failed (RuntimeError: boom)" in caplog.text
 
 
 def test_out_of_memory_halves_batch_and_renders_every_frame_in_order(caplog):
@@ -556,10 +557,10 @@ def test_priming_beside_a_graph_capture_changes_no_frame(gpu_networks):
     plain = WarpDecodeEngine(warp, decoder, batch_size=4, compile=False).render(source, motion).images
     engine = WarpDecodeEngine(warp, decoder, batch_size=4, compile_min_frames=10**6)  # a short clip: eager
     engine.prime()
-    assert engine._prime is not None
+    assert engine._prime.started
     _record_a_graph_on_this_thread()
     got = engine.render(source, motion).images
-    assert not engine._prime.is_alive() and engine.stats.graph_batches == 0
+    assert not engine._prime._thread.is_alive() and engine.stats.graph_batches == 0
     assert rel_l2(got, plain) < 1e-6
 
 

@@ -51,6 +51,7 @@ from ..gil_turns import short_gil_turns
 from ..models.keypoints import NUM_KP
 from ..models.triton_kernels import register_triton_operators, triton_kernels_supported, use_triton_kernels_
 from ..motion.motion_sequence import MotionSequence
+from ..priming import Priming
 from ..progress import ProgressCallback, report
 from ..user_cache import user_cache_dir
 from ..registration.source_info import SourceInfo
@@ -178,7 +179,7 @@ class WarpDecodeEngine(nn.Module):
         self.stats = EngineStats(compiled=ok, batch_size=self.batch_size, reason_eager=why, warmup=warmup)
         self._step: Optional[Callable[[Tensor, Tensor, Tensor], Tensor]] = None
         self._warmups: dict[tuple[bool, int], _Warmup] = {}  # (one shared volume, batch size) -> its compile
-        self._prime: Optional[threading.Thread] = None  # see prime()
+        self._prime = Priming("warp+decode")  # see prime()
         self.aot_cache = aot_cache or PackageCache()
         self._packages: dict[tuple[int, tuple[int, ...]], Optional[PackagedStep]] = {}  # (batch, f_s shape) ->
         self.aot_missing: list[tuple[int, ...]] = []  # "aot_cached": f_s shapes that found no package
@@ -308,40 +309,29 @@ class WarpDecodeEngine(nn.Module):
             self._warm_up(warm, shared_volume, volume_shape)
 
     def prime(self, full_batch: bool = True) -> None:
-        """Run the eager step once on zeros, on a thread of its own, while the caller prepares the clip.
+        """Run the eager step once on zeros, on a thread of its own, while the caller prepares the clip
+        (:class:`~ditto_core.priming.Priming`).
 
-        A new process pays its first eager batch several times over: CUDA libraries load, cuDNN
-        picks its kernels for each shape, our Triton kernels load from their cache. Here that
-        happens beside the avatar, the audio features and the motion, at the shapes a clip's eager
+        Our Triton kernels load from their cache there too. It runs at the shapes a clip's eager
         batches use: the first batch, and with ``full_batch`` a full one (more of the first-use
         work done ahead, and more GPU work that the motion stage's graph recording waits for).
         The first render waits for it, so two batches never hold VRAM at once; without room for
-        two batches nothing is primed. CUDA only, once per engine; a failure is logged and shows
-        again, properly reported, at the first batch.
+        two batches nothing is primed. CUDA only, once per engine.
         """
-        if self.device.type != "cuda" or self._prime is not None or not self._room_for_two_batches():
+        if self.device.type != "cuda" or self._prime.started or not self._room_for_two_batches():
             return
-        self._prime = threading.Thread(target=self._prime_eager, args=(full_batch,), daemon=True,
-                                       name="ditto-engine-prime")
-        self._prime.start()
+        self._prime.start(lambda: self._prime_eager(full_batch), self.device)
 
-    def _prime_eager(self, full_batch: bool = True) -> None:
-        try:
-            with torch.inference_mode(), short_gil_turns():
-                f_s = torch.zeros(1, *VOLUME_SHAPE, device=self.device, dtype=self.dtype)
-                first = min(self.first_batch, self.batch_size)
-                for size in sorted({first, self.batch_size} if full_batch else {first}):
-                    kp = torch.zeros(size, NUM_KP, 3, device=self.device)
-                    self._forward(*self._arguments(f_s, kp, kp, None, size))
-                if self.device.type == "cuda":  # the thread ends when the device work has run
-                    torch.cuda.current_stream(self.device).synchronize()
-        except Exception as error:  # an optimisation only: the first real batch reports it properly
-            log.info("Ditto warp+decode: priming the eager path failed (%s: %s)", type(error).__name__, error)
+    def _prime_eager(self, full_batch: bool) -> None:
+        f_s = torch.zeros(1, *VOLUME_SHAPE, device=self.device, dtype=self.dtype)
+        first = min(self.first_batch, self.batch_size)
+        for size in sorted({first, self.batch_size} if full_batch else {first}):
+            kp = torch.zeros(size, NUM_KP, 3, device=self.device)
+            self._forward(*self._arguments(f_s, kp, kp, None, size))
 
     def _primed(self) -> None:
-        """Wait for :meth:`prime`'s thread, if one was started."""
-        if self._prime is not None:
-            self._prime.join()
+        """Wait for :meth:`prime`'s run, if one was started."""
+        self._prime.wait()
 
     def _warm_up_in_background(self, warm: _Warmup, shared_volume: bool, volume_shape: tuple[int, ...]) -> None:
         with short_gil_turns():  # the rendering thread's torch ops would wait 5 ms a turn otherwise

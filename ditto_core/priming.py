@@ -1,0 +1,52 @@
+"""A model's first call in a new process, made ahead on a thread of its own.
+
+A new process pays a network's first CUDA call several times over: libraries load, kernels load
+lazily, cuDNN and cuBLAS pick algorithms per shape. A :class:`Priming` runs one call on zeros
+while the caller prepares what the real call needs (the avatar, the speech); the real call waits
+for it first, so the two never run at once. Priming is an optimisation only: a failure is logged
+and shows again, properly reported, at the real call.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable, Optional
+
+import torch
+
+from .gil_turns import short_gil_turns
+
+log = logging.getLogger(__name__)
+
+
+class Priming:
+    """At most one priming run for an object; :meth:`wait` before its first real call."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what  # named in the log and the thread
+        self._thread: Optional[threading.Thread] = None
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    def start(self, work: Callable[[], None], device: torch.device) -> None:
+        """Run ``work`` (under inference mode) on a new thread, once; it ends when ``device``'s work has run."""
+        if self._thread is not None:
+            return
+
+        def run() -> None:
+            try:
+                with torch.inference_mode(), short_gil_turns():
+                    work()
+                    if device.type == "cuda":
+                        torch.cuda.current_stream(device).synchronize()
+            except Exception as error:  # an optimisation only: the first real call reports it properly
+                log.info("Ditto %s: priming failed (%s: %s)", self.what, type(error).__name__, error)
+
+        self._thread = threading.Thread(target=run, daemon=True, name=f"ditto-prime-{self.what}")
+        self._thread.start()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
