@@ -179,17 +179,23 @@ def main() -> None:
                 name = layout.name
                 path = workdir / f"{preset}_{name}.mp4"
                 writer_module.HOST_WAIT_BLOCKS = not layout.spin
+                tails = []
                 for _ in range(1 if args.quick else REPEATS):
                     start = time.perf_counter()
                     with VideoWriter(path, width=settings.width, height=settings.height, fps=FPS, crf=args.crf,
                                      preset=preset, **layout.writer_options(), audio=(wave, AUDIO_RATE),
                                      expected_frames=frames) as writer:
+                        while layout.wait_open and writer._final is None and writer._error is None:
+                            time.sleep(1e-4)
                         for out in frames_of_clip():
                             writer.write(out)
+                        last_write = time.perf_counter()
                     runs.append(frames / (time.perf_counter() - start))
+                    tails.append(time.perf_counter() - last_write)
                 alone = encode_only(preset, host_yuv, layout.threads) if layout.encoders == 1 and layout.threads else None
                 entry.setdefault("layouts", {})[name] = {
                     **layout._asdict(), "delivered_fps": statistics.median(runs), "runs": runs,
+                    "tail_s": tails,  # from the last frame handed over to the MP4 in place
                     "encode_only_fps": alone,
                               "bytes": path.stat().st_size, **check_mp4(path, frames)}
             entry["goal"], entry["met"] = goal(preset, entry, results["gpu_fps"])
@@ -208,6 +214,7 @@ class Layout(NamedTuple):
     nice: Optional[int] = None  # levels x264's threads run below the render thread (the writer's default: 0)
     queue: Optional[int] = None  # frames the host pool holds between the render and x264
     spin: bool = False  # the encoder threads spin while they wait for the GPU's copies (before session 16)
+    wait_open: bool = False  # the render waits for x264 to open, as when the writer opened it (before session 17)
 
     def writer_options(self) -> dict:
         """The :class:`VideoWriter` arguments of this layout (what it leaves out, the writer's defaults)."""
@@ -216,18 +223,19 @@ class Layout(NamedTuple):
     @property
     def name(self) -> str:
         return (f"{self.encoders}" + "".join(f"{tag}{value}" for tag, value in zip("xnq", self[1:4]) if value is not None)
-                + ("s" if self.spin else ""))
+                + ("s" if self.spin else "") + ("w" if self.wait_open else ""))
 
 
 def parse_layout(text: str) -> Layout:
     """"3" -> Layout(3); "1x16n10q128" -> 1 encoder of 16 threads at nice 10 with a 128-frame pool."""
-    match = re.fullmatch(r"(\d+)(?:x(\d+))?(?:n(\d+))?(?:q(\d+))?(s?)", text)
-    layout = Layout(*(int(group) if group else None for group in match.groups()[:4]), spin=bool(match[5])) if match else None
+    match = re.fullmatch(r"(\d+)(?:x(\d+))?(?:n(\d+))?(?:q(\d+))?(s?)(w?)", text)
+    layout = Layout(*(int(group) if group else None for group in match.groups()[:4]), spin=bool(match[5]),
+                    wait_open=bool(match[6])) if match else None
     if layout is None or layout.encoders < 1 or layout.threads == 0 or (layout.nice or 0) > 19 \
             or (layout.queue is not None and layout.queue < 8):
         raise argparse.ArgumentTypeError(
-            f"a layout is E[xT][nN][qQ][s] (encoders, threads each, nice 0-19, queue >= 8 frames, spinning "
-            f"waits), got {text!r}")
+            f"a layout is E[xT][nN][qQ][s][w] (encoders, threads each, nice 0-19, queue >= 8 frames, spinning "
+            f"waits, the render waiting for x264 to open), got {text!r}")
     return layout
 
 
