@@ -611,6 +611,24 @@ def test_background_warmup_renders_eagerly_until_the_graph_is_ready(gated_compil
     assert len(engine._warmups) == 1
 
 
+def test_a_short_last_stretch_renders_eagerly_in_first_batch_pieces(gated_compile):
+    """13 frames, batches of 8, first batch 2: 2 eager, 8 through the graph, and the 3 left (at
+    most half a batch) eagerly as 2 + 1 instead of a padded graph batch of 8; the same frames."""
+    gate, calls = gated_compile
+    gate.set()
+    warp, decoder = toy_networks()
+    source, motion = make_source(volumes(1)), make_motion(13)
+    engine = WarpDecodeEngine(warp, decoder, batch_size=8, first_batch=2, warmup="background")
+    engine.start_warmup(volume_shape=tuple(source.f_s.shape[1:]))
+    assert engine._warmups[(True, 8)].ready.wait(timeout=30)
+    pieces = [(first, images.shape[0]) for first, images in engine.iter_render(source, motion)]
+    assert pieces == [(0, 2), (2, 8), (10, 2), (12, 1)]
+    assert engine.stats.graph_batches == 1 and engine.stats.eager_batches == 3
+    assert rel_l2(engine.render(source, make_motion(13)).images, unfused(warp, decoder, source, motion)) < 1e-6
+    longer = [images.shape[0] for _, images in engine.iter_render(source, make_motion(15))]
+    assert longer == [2, 8, 5]  # more than half a batch left: the graph, padded
+
+
 def test_background_warmup_of_a_video_source_is_its_own_graph(gated_compile):
     gate, calls = gated_compile
     gate.set()

@@ -142,7 +142,9 @@ class WarpDecodeEngine(nn.Module):
             :func:`use_compile_cache`); ``None`` uses :func:`default_compile_cache_dir`.
         first_batch: frames in the first batch of every clip when compiled, run eagerly: the
             first frames reach the encoder after a few frames' work instead of a whole graph
-            batch's (time to first frame), and the graph takes over from the next batch.
+            batch's (time to first frame), and the graph takes over from the next batch. A
+            clip's last stretch of at most half a batch is rendered eagerly in pieces of this
+            size too (0: neither).
         warmup: one of :data:`WARMUP_MODES` (see the module docstring).
         compile_min_frames: a clip shorter than this renders eagerly unless its graph is
             already compiled: for a one-clip process, a compile costs more than it saves on a
@@ -460,13 +462,18 @@ class WarpDecodeEngine(nn.Module):
             # Decided per attempt: after an out-of-VRAM retry the batch may be no larger than the ramp.
             graph = self._graph_ready(shared_volume=shared_volume, volume_shape=tuple(f_s.shape[1:]), frames=total)
             first = start == 0 and self.stats.compiled and 0 < self.first_batch < self.batch_size
-            rows = slice(start, min(start + (self.first_batch if first else self.batch_size), total))
+            # A last stretch of at most half a batch is rendered eagerly, first-batch-sized piece
+            # by piece: the graph would compute a whole batch for it, and the encoder gets the
+            # clip's last frames piece by piece instead of all at once after the last batch.
+            tail = (graph and not first and self.stats.compiled and 0 < self.first_batch
+                    and total - start <= self.batch_size // 2)
+            rows = slice(start, min(start + (self.first_batch if first or tail else self.batch_size), total))
             motion.wait_rows(rows.stop)  # motion may still be being generated (rows read only from here on)
             index = None if shared_volume else motion.source_index[rows].to(self.device)
             try:
                 images = self._render(
                     f_s, motion.kp_source[rows].to(self.device, torch.float32),
-                    motion.kp_driving[rows].to(self.device, torch.float32), index, eager=first or not graph,
+                    motion.kp_driving[rows].to(self.device, torch.float32), index, eager=first or tail or not graph,
                 )
             except torch.cuda.OutOfMemoryError as error:
                 if self.batch_size == 1:
