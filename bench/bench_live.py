@@ -208,17 +208,23 @@ def long_stream(runtime, source, options, config, minutes):
 
     def keep(frame):
         if frame.index % (25 * 10) == 0:  # every 10 s of stream time
-            cuda = torch.cuda.memory_allocated() / 2**20 if torch.cuda.is_available() else 0.0
+            cuda = torch.cuda.is_available()
             samples.append({"stream_s": frame.index / 25, "wall_s": round(time.monotonic() - start, 2),
-                            "rss_mib": round(_rss_mib(), 1), "cuda_allocated_mib": round(cuda, 1)})
+                            "rss_mib": round(_rss_mib(), 1),
+                            "cuda_allocated_mib": round(torch.cuda.memory_allocated() / 2**20 if cuda else 0.0, 1),
+                            "cuda_reserved_mib": round(torch.cuda.memory_reserved() / 2**20 if cuda else 0.0, 1)})
         return None
 
     frames, stats = asyncio.run(_run_stream(runtime, source, options, config, _speech(60 * minutes, seed=7),
                                             realtime=False, keep=keep))
     tail = samples[len(samples) // 4 :] or samples
-    drift = {k: round(tail[-1][k] - tail[0][k], 1) for k in ("rss_mib", "cuda_allocated_mib")} if tail else {}
+    drift = {k: round(tail[-1][k] - tail[0][k], 1) for k in ("rss_mib", "cuda_allocated_mib", "cuda_reserved_mib")} \
+        if tail else {}
     return {"minutes": minutes, "frames": len(frames), "wall_s": round(time.monotonic() - start, 1),
             "drift_after_first_quarter": drift, "samples": samples}
+
+
+PARTS = ("first_frame", "one_stream", "av_sync", "profile", "concurrency", "long_stream")
 
 
 def main() -> None:
@@ -245,6 +251,8 @@ def main() -> None:
                         help="replay each round's stitching from CUDA graphs (LiveRuntime(stitch_graphs=True))")
     parser.add_argument("--profile", type=Path, default=None,
                         help="folder for a profiled 3-s stream (Chrome trace, kernel table), after av_sync")
+    parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS,
+                        help="which parts to run (default: all; profile only with --profile)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     if args.quick:
@@ -289,6 +297,8 @@ def main() -> None:
             "long_stream": lambda: long_stream(runtime, source, options, config, args.minutes),
         }
         for name, part in parts.items():
+            if name not in args.parts:
+                continue
             # Written after every part, so a run cut by a time limit keeps what it measured.
             result[name] = part()
             print(name, result[name] if name != "long_stream" else result[name]["drift_after_first_quarter"], flush=True)
