@@ -84,3 +84,14 @@ def test_renderer_warm_up_compiles_the_forms_asked_for(tmp_path, per_frame):
     renderer.warm_up(source, per_frame_volumes=per_frame)
     once = [(1, 1), (1, 1), (2, 1), (2, 2)] if per_frame else [(1, 1), (2, 1)]
     assert forms == [call for call in once for _ in range(2)]
+
+
+def test_a_rounds_frames_reach_the_host_per_job_in_order_whatever_their_sizes():
+    from ditto_core.live.runtime import _to_host
+
+    frames = [torch.full((k, h, w, 3), i, dtype=torch.uint8) for i, (k, h, w) in
+              enumerate([(5, 8, 6), (3, 4, 4), (2, 8, 6), (1, 4, 4)])]
+    host = _to_host(frames)
+    assert [tuple(t.shape) for t in host] == [tuple(t.shape) for t in frames]
+    assert all(torch.equal(got, want) for got, want in zip(host, frames))
+    assert _to_host([]) == []

@@ -16,7 +16,9 @@ Two worker threads share the device, in rounds:
 The two threads overlap one round's rendering with the next round's motion. Every stream gets
 at most one LMDM window per round, so a stream that pushes a whole speech at once cannot starve
 the others (fair by construction), and a stream whose client stops reading (too many frames
-waiting) is skipped until it catches up. A round samples windows for at most ``round_frames``
+waiting) is skipped until it catches up. Both threads hand the GIL over in short turns
+(:mod:`~ditto_core.gil_turns`): each queues device work between Python stretches of the other,
+the encoders and the event loop. A round samples windows for at most ``round_frames``
 frames (the largest render batch): when more streams are due at once, as when their speech
 arrives in step, the rest go into the next round, which the motion thread samples while the
 render thread renders the first, and the next round starts where the last one stopped. The runtime owns its samplers, engines, HuBERT
@@ -43,6 +45,7 @@ from ..audio.chunking import num_video_frames
 from ..audio.hubert import HubertFeatureExtractor
 from ..audio.window_graphs import LiveWindowEncoder
 from ..errors import DittoError, InputError
+from ..gil_turns import short_gil_turns
 from ..models.keypoints import MOTION_DIM
 from ..models.lmdm import WINDOW
 from ..motion.conditions import build_conditions, build_kp_condition
@@ -470,7 +473,7 @@ class LiveRuntime:
 
     def _motion_loop(self) -> None:
         try:
-            with _on_stream(self._motion_stream), torch.inference_mode():
+            with _on_stream(self._motion_stream), torch.inference_mode(), short_gil_turns():
                 while True:
                     with self._wake:
                         if self._stopping:
@@ -723,7 +726,7 @@ class LiveRuntime:
     def _render_loop(self) -> None:
         try:
             _cudagraph_thread_state()
-            with _on_stream(self._render_stream), torch.inference_mode():
+            with _on_stream(self._render_stream), torch.inference_mode(), short_gil_turns():
                 while True:
                     with self._render_ready:
                         while not self._render_queue and not self._stopping:
@@ -951,8 +954,23 @@ class EngineRenderer:
             frames = paste_back(source.frames, renders[start : start + k], source.M_c2o,
                                 source_index=job.motion.source_index)
             start += k
-            out.append(_scaled(frames, job.stream.config.frame_size(*source.frames.shape[1:3])).cpu())
-        return out
+            out.append(_scaled(frames, job.stream.config.frame_size(*source.frames.shape[1:3])))
+        return _to_host(out)
+
+
+def _to_host(frames: list[Tensor]) -> list[Tensor]:
+    """Each job's (k, H, W, 3) frames on the host, copied by one transfer per frame size: the render
+    thread waits for the device once a round, not once a job (a wait per job left the GPU idle
+    while the thread took its turn for the GIL again before queueing the next job's work)."""
+    out: list[Optional[Tensor]] = [None] * len(frames)
+    sizes: dict[tuple[int, ...], list[int]] = {}
+    for index, images in enumerate(frames):
+        sizes.setdefault(tuple(images.shape[1:]), []).append(index)
+    for indices in sizes.values():
+        host = torch.cat([frames[i] for i in indices]).cpu()
+        for i, part in zip(indices, host.split([frames[i].shape[0] for i in indices])):
+            out[i] = part
+    return out
 
 
 def _scaled(frames: Tensor, size: tuple[int, int]) -> Tensor:
