@@ -84,8 +84,7 @@ def _child(args: argparse.Namespace) -> None:
                                             detect_face=False, compile=not args.no_compile, warmup=warmup,
                                             compile_min_frames=min_frames, motion_ahead=ahead)
     # The compile thread (background), a cached AOT package's load (aot), the eager path's priming.
-    pipeline.start_warmup(prime="off" if "-noprime" in suffixes else "first" if "-prime1" in suffixes else "full",
-                          prime_hubert="-nohubertprime" not in suffixes)
+    pipeline.start_warmup(prime="off" if "-noprime" in suffixes else "first" if "-prime1" in suffixes else "full")
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     times["load_models_s"] = time.time() - start
@@ -125,7 +124,6 @@ VARIANT_SUFFIXES = {
     "-lmdmfp32": "the LMDM sampled in fp32, the default before 'auto' (tf32 beside half-precision networks)",
     "-noprime": "the engine's eager path not primed while the clip is prepared (before session 16)",
     "-prime1": "the engine's eager path primed at the first batch's shape only, not a full batch's too",
-    "-nohubertprime": "HuBERT's first call not made ahead while the models finish loading (before session 17)",
 }
 
 

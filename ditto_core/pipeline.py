@@ -293,7 +293,7 @@ class DittoPipeline:
             self.models.warp_network, self.models.decoder, batch_size=key[0], compile=key[1], warmup=self.warmup,
             compile_min_frames=self.compile_min_frames))
 
-    def start_warmup(self, prime: str = "full", prime_hubert: bool = True) -> None:
+    def start_warmup(self, prime: str = "full") -> None:
         """Get the default engine ready in the background while the first clip is prepared.
 
         Called when the models load. ``warmup="background"``: the graph for an image source
@@ -301,13 +301,10 @@ class DittoPipeline:
         ready. Otherwise the eager path is run once on zeros (:meth:`WarpDecodeEngine.prime`):
         a new process's first batches then find the CUDA libraries loaded and their kernels
         chosen. ``prime``: ``"full"`` (the first batch's shape and a full batch's), ``"first"``
-        (the first batch's only) or ``"off"``. With ``prime_hubert`` HuBERT's first call is
-        made ahead the same way (:meth:`HubertFeatureExtractor.prime`).
+        (the first batch's only) or ``"off"``.
         """
         if prime not in ("full", "first", "off"):
             raise InputError(f'start_warmup: prime must be "full", "first" or "off", got {prime!r}')
-        if prime_hubert:
-            self.hubert.prime()
         engine = self.engine()
         engine.start_warmup()
         if prime != "off" and engine.warmup != "background":

@@ -449,20 +449,6 @@ def test_cuda_precisions(wide_path, precision, limit):
 
 
 @pytest.mark.gpu
-def test_primed_extractor_gives_the_same_features(wide_path):
-    """prime() encodes silence on a thread while the caller goes on; the first call waits for it
-    and its features are those of an extractor that was never primed."""
-    speech = _speech(3.0).cuda()
-    plain = HubertFeatureExtractor(wide_path, device="cuda")(speech).features
-    primed = HubertFeatureExtractor(wide_path, device="cuda")
-    primed.prime(seconds=2.0)
-    assert primed._priming.started
-    got = primed(speech).features
-    assert not primed._priming._thread.is_alive()
-    assert torch.equal(got, plain)
-
-
-@pytest.mark.gpu
 def test_cuda_auto_backend_is_torch_fp16(wide_path):
     extractor = HubertFeatureExtractor(wide_path, device="cuda")
     assert (extractor.backend, extractor.precision) == ("torch", "fp16")

@@ -146,9 +146,9 @@ def test_load_models_resolves_folder_device_precision(handle, comfy_base):
 
 def test_load_models_starts_the_engines_warm_up(comfy_base, monkeypatch):
     started = []
-    monkeypatch.setattr(DittoPipeline, "start_warmup", lambda self, prime="full", prime_hubert=True: started.append((self, prime, prime_hubert)))
+    monkeypatch.setattr(DittoPipeline, "start_warmup", lambda self, prime="full": started.append((self, prime)))
     handle = NODES["DittoLoadModels"].execute(**LOAD)[0]
-    assert started == [(REGISTRY.pipeline(handle), "full", True)]
+    assert started == [(REGISTRY.pipeline(handle), "full")]
 
 
 def test_register_avatar_no_detector_and_cache(handle, portrait, source, comfy_base):

@@ -36,7 +36,6 @@ from torch import Tensor
 
 from ..errors import CheckpointError, InputError, MissingModelError
 from ..model_files import HF_AUX_FOLDER, HF_REPO, HUBERT_ONNX_NAME, aux_dirs, find_hubert
-from ..priming import Priming
 from ..progress import ProgressCallback, report
 from .audio_features import SAMPLE_RATE, AudioFeatures
 from .chunking import HUBERT_ROWS_PER_FRAME, StreamingWindow, num_video_frames
@@ -68,7 +67,6 @@ DEFAULT_CUDA_PRECISION = "fp16"
 # Windows per batched forward: bounds activation memory whatever the clip length (HuBERT-large
 # peaks at the first conv layer, roughly 8 MB a window in fp16, twice that in fp32).
 DEFAULT_MAX_BATCH_WINDOWS = {"cuda": 128, "cpu": 16}
-PRIMING_SECONDS = 10.0  # speech a new process encodes ahead (:meth:`HubertFeatureExtractor.prime`): a typical clip's batch
 _FALLBACK_ANNOUNCED: set[str] = set()  # files whose onnxruntime fallback was logged already
 
 
@@ -254,7 +252,6 @@ class HubertFeatureExtractor:
             self.device = torch.device("cuda", index)
         self.window = window
         self.model_path = path  # a second extractor (another thread's) opens its own session from it
-        self._priming = Priming("HuBERT")
         self.max_batch_windows = 1
         if backend == "auto":
             backend = "torch" if self.device.type == "cuda" else AUTO_BACKEND_ON_CPU
@@ -352,7 +349,6 @@ class HubertFeatureExtractor:
             ``self.device``, ``num_frames = ceil(samples / 16000 * 25)``.
         """
         self._check_speech(audio_16k, sample_rate)
-        self._priming.wait()
         audio = audio_16k.detach().to(self._compute_device, torch.float32)
         if self._stream is None:
             features = self._encode(audio, progress)
@@ -365,15 +361,6 @@ class HubertFeatureExtractor:
             caller.wait_stream(self._stream)
             features.record_stream(caller)
         return AudioFeatures(features=features.to(self.device), duration_s=audio.shape[0] / SAMPLE_RATE)
-
-    def prime(self, seconds: float = PRIMING_SECONDS) -> None:
-        """Encode ``seconds`` of silence on a thread of its own (:class:`~ditto_core.priming.Priming`)
-        while the caller prepares the clip; the first call waits for it. The PyTorch backend on
-        CUDA only (onnxruntime sessions warm up as they open), once per extractor."""
-        if self.backend != "torch" or self.device.type != "cuda":
-            return
-        samples = torch.zeros(int(seconds * SAMPLE_RATE), device=self._compute_device)
-        self._priming.start(lambda: self._encode(samples, None), self.device)
 
     def _check_speech(self, audio: Tensor, sample_rate: int) -> None:
         name = "speech for HuBERT"
