@@ -16,13 +16,12 @@ Two worker threads share the device, in rounds:
 The two threads overlap one round's rendering with the next round's motion. Every stream gets
 at most one LMDM window per round, so a stream that pushes a whole speech at once cannot starve
 the others (fair by construction), and a stream whose client stops reading (too many frames
-waiting) is skipped until it catches up. Both threads hand the GIL over in short turns
-(:mod:`~ditto_core.gil_turns`): each queues device work between Python stretches of the other,
-the encoders and the event loop. A round samples windows for at most ``round_frames``
+waiting) is skipped until it catches up. A round samples windows for at most ``round_frames``
 frames (the largest render batch): when more streams are due at once, as when their speech
 arrives in step, the rest go into the next round, which the motion thread samples while the
-render thread renders the first, and the next round starts where the last one stopped. The runtime owns its samplers, engines, HuBERT
-session and stitcher: the CUDA graphs in them are not shared with whatever else uses the pipeline.
+render thread renders the first, and the next round starts where the last one stopped. The
+runtime owns its samplers, engines, HuBERT session and stitcher: the CUDA graphs in them are not
+shared with whatever else uses the pipeline.
 """
 from __future__ import annotations
 
@@ -45,7 +44,6 @@ from ..audio.chunking import num_video_frames
 from ..audio.hubert import HubertFeatureExtractor
 from ..audio.window_graphs import LiveWindowEncoder
 from ..errors import DittoError, InputError
-from ..gil_turns import short_gil_turns
 from ..models.keypoints import MOTION_DIM
 from ..models.lmdm import WINDOW
 from ..motion.conditions import build_conditions, build_kp_condition
@@ -473,7 +471,7 @@ class LiveRuntime:
 
     def _motion_loop(self) -> None:
         try:
-            with _on_stream(self._motion_stream), torch.inference_mode(), short_gil_turns():
+            with _on_stream(self._motion_stream), torch.inference_mode():
                 while True:
                     with self._wake:
                         if self._stopping:
@@ -726,7 +724,7 @@ class LiveRuntime:
     def _render_loop(self) -> None:
         try:
             _cudagraph_thread_state()
-            with _on_stream(self._render_stream), torch.inference_mode(), short_gil_turns():
+            with _on_stream(self._render_stream), torch.inference_mode():
                 while True:
                     with self._render_ready:
                         while not self._render_queue and not self._stopping:
@@ -960,8 +958,8 @@ class EngineRenderer:
 
 def _to_host(frames: list[Tensor]) -> list[Tensor]:
     """Each job's (k, H, W, 3) frames on the host, copied by one transfer per frame size: the render
-    thread waits for the device once a round, not once a job (a wait per job left the GPU idle
-    while the thread took its turn for the GIL again before queueing the next job's work)."""
+    thread waits for the device once a round, not once a job (with a wait per job the GPU idles
+    between jobs while the thread gets its turn for the GIL back)."""
     out: list[Optional[Tensor]] = [None] * len(frames)
     sizes: dict[tuple[int, ...], list[int]] = {}
     for index, images in enumerate(frames):
