@@ -202,7 +202,9 @@ def av_sync(runtime, source, options, config):
     return {"max_offset_samples": int(max(map(abs, offsets))), "frames_checked": len(offsets), "goal_samples": 640}
 
 
-def long_stream(runtime, source, options, config, minutes):
+def long_stream(runtime, source, options, config, minutes, progress=None):
+    """One stream of ``minutes`` of speech; ``progress(summary)`` after every memory sample, so a
+    run cut by a time limit still has the samples taken so far (``finished`` False)."""
     samples = []
     start = time.monotonic()
 
@@ -213,15 +215,21 @@ def long_stream(runtime, source, options, config, minutes):
                             "rss_mib": round(_rss_mib(), 1),
                             "cuda_allocated_mib": round(torch.cuda.memory_allocated() / 2**20 if cuda else 0.0, 1),
                             "cuda_reserved_mib": round(torch.cuda.memory_reserved() / 2**20 if cuda else 0.0, 1)})
+            if progress is not None:
+                progress(_memory_summary(minutes, frame.index + 1, start, samples, finished=False))
         return None
 
     frames, stats = asyncio.run(_run_stream(runtime, source, options, config, _speech(60 * minutes, seed=7),
                                             realtime=False, keep=keep))
+    return _memory_summary(minutes, len(frames), start, samples, finished=True)
+
+
+def _memory_summary(minutes, frames, start, samples, finished):
     tail = samples[len(samples) // 4 :] or samples
     drift = {k: round(tail[-1][k] - tail[0][k], 1) for k in ("rss_mib", "cuda_allocated_mib", "cuda_reserved_mib")} \
         if tail else {}
-    return {"minutes": minutes, "frames": len(frames), "wall_s": round(time.monotonic() - start, 1),
-            "drift_after_first_quarter": drift, "samples": samples}
+    return {"minutes": minutes, "finished": finished, "frames": frames, "wall_s": round(time.monotonic() - start, 1),
+            "drift_after_first_quarter": drift, "samples": list(samples)}
 
 
 PARTS = ("first_frame", "one_stream", "av_sync", "profile", "concurrency", "long_stream")
@@ -294,8 +302,14 @@ def main() -> None:
             **({"profile": lambda: profile_stream(runtime, source, options, config, args.profile)} if args.profile else {}),
             "concurrency": lambda: concurrency(runtime, source, options, config, args.streams, args.seconds,
                                                [r or None for r in args.round_frames]),
-            "long_stream": lambda: long_stream(runtime, source, options, config, args.minutes),
+            "long_stream": lambda: long_stream(runtime, source, options, config, args.minutes, progress=partial_long),
         }
+
+        def partial_long(summary):
+            result["long_stream"] = summary
+            if args.out is not None:
+                emit(result, args.out, quiet=True)
+
         for name, part in parts.items():
             if name not in args.parts:
                 continue
