@@ -37,7 +37,6 @@ import torch
 
 from ditto_core.audio.hubert import HubertFeatureExtractor
 from ditto_core.live import AvatarStream, LiveRuntime, StreamConfig
-from ditto_core.live.runtime import BATCH_LADDER
 from ditto_core.motion.motion_options import MotionOptions
 from ditto_core.pipeline import DittoPipeline
 from ditto_core.precision import NETWORK_PRECISIONS, network_dtype
@@ -141,9 +140,9 @@ def profile_stream(runtime, source, options, config, out_dir: Path):
 def concurrency(runtime, source, options, config, counts, seconds, round_frames=(None,)):
     """N streams in step for each N of ``counts``, under each ``round_frames`` setting of the
     runtime in turn (None: its default), side by side; a setting stops at its first N missed."""
-    variants = {}
+    variants, default = {}, runtime.round_frames
     for setting in round_frames:
-        runtime.round_frames = setting or max(BATCH_LADDER)
+        runtime.round_frames = setting or default
         levels = []
         for n in counts:
             if n > runtime.max_streams:
@@ -156,6 +155,7 @@ def concurrency(runtime, source, options, config, counts, seconds, round_frames=
         ok = [lv["streams"] for lv in levels if lv["realtime_ok"]]
         variants[f"round_frames={runtime.round_frames}"] = {"levels": levels,
                                                             "max_realtime_streams": max(ok) if ok else 0}
+    runtime.round_frames = default  # the parts after this one run as the runtime was made
     best = max(v["max_realtime_streams"] for v in variants.values())
     return {"variants": variants, "max_realtime_streams": best, "goal_streams": 12}
 

@@ -576,13 +576,13 @@ class LiveRuntime:
         frames, self._deferred = 0, False
         for state in self._from_last_sampled(due):
             try:
-                window = state.motion.next_window()
-                if window is not None:
-                    if windows and frames + window.valid > self.round_frames:
-                        self._deferred = True
+                valid = state.motion.next_valid()
+                if valid is not None:
+                    if windows and frames + valid > self.round_frames:
+                        self._deferred = True  # its conditions are built when a round takes it
                         continue
-                    frames += window.valid
-                    windows.append((state, window))
+                    frames += valid
+                    windows.append((state, state.motion.next_window()))
                     self._last_sampled = state.id
                 elif state.motion.finished:
                     state.finished = True

@@ -202,16 +202,22 @@ class OnlineMotion:
     def finished(self) -> bool:
         return self.ended and self._feats.shape[0] == 0
 
-    def next_window(self) -> Optional[MotionWindow]:
-        """The next window if its features are all there (or the stream ended), else None."""
-        feats = self._feats[:WINDOW]
-        n = feats.shape[0]
+    def next_valid(self) -> Optional[int]:
+        """The ``valid`` of the next window if its features are all there (or the stream ended),
+        else None: what :meth:`next_window` would return, without building its conditions."""
+        n = min(WINDOW, self._feats.shape[0])
         if n == 0 or (n < WINDOW and not self.ended):
             return None
-        valid = self.hop
-        if n < WINDOW:  # the final window: padded with its last frame
-            valid = n
-            feats = torch.cat([feats, feats[-1:].expand(WINDOW - n, -1)])
+        return self.hop if n == WINDOW else n  # the final window: n frames, padded with its last
+
+    def next_window(self) -> Optional[MotionWindow]:
+        """The next window if its features are all there (or the stream ended), else None."""
+        valid = self.next_valid()
+        if valid is None:
+            return None
+        feats = self._feats[:WINDOW]
+        if feats.shape[0] < WINDOW:
+            feats = torch.cat([feats, feats[-1:].expand(WINDOW - feats.shape[0], -1)])
         return MotionWindow(kp_cond=self._kp_cond, cond=self._build_cond(feats, self._frame), valid=valid)
 
     def accept(self, window: MotionWindow, pred: Tensor) -> Tensor:
