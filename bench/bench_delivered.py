@@ -38,6 +38,7 @@ from ditto_core.render.putback import paste_back
 from ditto_core.render.warp_decode import WarpDecodeEngine, auto_batch_size
 from ditto_core.video.colour import rgb_to_yuv420p
 from ditto_core.video.encoder import X264_PRESETS, EncoderSettings, SegmentEncoder, usable_cores
+from ditto_core.video import encoder as encoder_module
 from ditto_core.video import writer as writer_module
 from ditto_core.video.writer import VideoWriter
 
@@ -171,6 +172,7 @@ def main() -> None:
             "gpu_side_fps": gpu_fps,
             "presets": {},
         }
+        writeback_default = encoder_module.WRITEBACK_BYTES
         for preset, interval in itertools.product(args.presets, args.gil_intervals):
             gil_turns.SHORT_INTERVAL = interval
             entry = {"gil_interval_s": interval, "encode_only_fps": encode_only(preset, host_yuv)}
@@ -179,7 +181,9 @@ def main() -> None:
                 name = layout.name
                 path = workdir / f"{preset}_{name}.mp4"
                 writer_module.HOST_WAIT_BLOCKS = not layout.spin
-                tails = []
+                encoder_module.WRITEBACK_BYTES = 0 if layout.sync_at_end else writeback_default
+                writer_module.TRIM_IN_BACKGROUND = not layout.trim_in_caller
+                tails, finishes = [], []
                 for _ in range(1 if args.quick else REPEATS):
                     start = time.perf_counter()
                     with VideoWriter(path, width=settings.width, height=settings.height, fps=FPS, crf=args.crf,
@@ -192,10 +196,12 @@ def main() -> None:
                         last_write = time.perf_counter()
                     runs.append(frames / (time.perf_counter() - start))
                     tails.append(time.perf_counter() - last_write)
+                    finishes.append({k: round(v, 4) for k, v in writer.finish_seconds.items()})
                 alone = encode_only(preset, host_yuv, layout.threads) if layout.encoders == 1 and layout.threads else None
                 entry.setdefault("layouts", {})[name] = {
                     **layout._asdict(), "delivered_fps": statistics.median(runs), "runs": runs,
                     "tail_s": tails,  # from the last frame handed over to the MP4 in place
+                    "finish_s": finishes,  # the writer's breakdown of each tail
                     "encode_only_fps": alone,
                               "bytes": path.stat().st_size, **check_mp4(path, frames)}
             entry["goal"], entry["met"] = goal(preset, entry, results["gpu_fps"])
@@ -215,6 +221,8 @@ class Layout(NamedTuple):
     queue: Optional[int] = None  # frames the host pool holds between the render and x264
     spin: bool = False  # the encoder threads spin while they wait for the GPU's copies (before session 16)
     wait_open: bool = False  # the render waits for x264 to open, as when the writer opened it (before session 17)
+    sync_at_end: bool = False  # the MP4's bytes go to the disk only at the sync before its rename (before session 18)
+    trim_in_caller: bool = False  # the caller trims the host heap before it gets its MP4 (before session 18)
 
     def writer_options(self) -> dict:
         """The :class:`VideoWriter` arguments of this layout (what it leaves out, the writer's defaults)."""
@@ -223,19 +231,21 @@ class Layout(NamedTuple):
     @property
     def name(self) -> str:
         return (f"{self.encoders}" + "".join(f"{tag}{value}" for tag, value in zip("xnq", self[1:4]) if value is not None)
-                + ("s" if self.spin else "") + ("w" if self.wait_open else ""))
+                + ("s" if self.spin else "") + ("w" if self.wait_open else "") + ("e" if self.sync_at_end else "")
+                + ("t" if self.trim_in_caller else ""))
 
 
 def parse_layout(text: str) -> Layout:
     """"3" -> Layout(3); "1x16n10q128" -> 1 encoder of 16 threads at nice 10 with a 128-frame pool."""
-    match = re.fullmatch(r"(\d+)(?:x(\d+))?(?:n(\d+))?(?:q(\d+))?(s?)(w?)", text)
+    match = re.fullmatch(r"(\d+)(?:x(\d+))?(?:n(\d+))?(?:q(\d+))?(s?)(w?)(e?)(t?)", text)
     layout = Layout(*(int(group) if group else None for group in match.groups()[:4]), spin=bool(match[5]),
-                    wait_open=bool(match[6])) if match else None
+                    wait_open=bool(match[6]), sync_at_end=bool(match[7]), trim_in_caller=bool(match[8])) if match else None
     if layout is None or layout.encoders < 1 or layout.threads == 0 or (layout.nice or 0) > 19 \
             or (layout.queue is not None and layout.queue < 8):
         raise argparse.ArgumentTypeError(
-            f"a layout is E[xT][nN][qQ][s][w] (encoders, threads each, nice 0-19, queue >= 8 frames, spinning "
-            f"waits, the render waiting for x264 to open), got {text!r}")
+            f"a layout is E[xT][nN][qQ][s][w][e][t] (encoders, threads each, nice 0-19, queue >= 8 frames, "
+            f"spinning waits, the render waiting for x264 to open, the MP4 synced only at the end, the heap "
+            f"trimmed by the caller), got {text!r}")
     return layout
 
 

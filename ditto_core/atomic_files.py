@@ -15,7 +15,9 @@ weights, avatar cache entries, downloads) goes through here:
    umask, default ACLs honoured: the kernel applies them), never ``mkstemp``'s ``0o600``,
    which would survive the rename and hide the file from a web server or another user.
 2. :func:`publish` syncs its bytes, renames it over the target and syncs the folder, so after
-   a crash the target is the old file or the new one, never a prefix of the new one.
+   a crash the target is the old file or the new one, never a prefix of the new one. A file
+   written over seconds can have its bytes sent to the disk as it grows (:class:`Writeback`),
+   so that sync has only the last stretch left to wait for.
 3. :func:`discard` removes it after a failure; :func:`reap_stale_temporaries` removes what
    processes that died without cleaning up (SIGKILL, power loss) left in a folder.
 4. :func:`disk_full_error` turns ENOSPC/EDQUOT into :class:`DiskFullError`, naming the folder,
@@ -30,12 +32,15 @@ that must appear together (a cache entry), published by renaming the folder.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import functools
 import hashlib
 import os
 import re
 import secrets
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,6 +212,63 @@ def _fsync_path(path: Path, directory: bool) -> None:
             raise  # some filesystems cannot sync a folder; the rename is still atomic there
     finally:
         os.close(fd)
+
+
+@functools.lru_cache(maxsize=1)
+def _sync_file_range() -> Optional[Callable[..., int]]:
+    """glibc's ``sync_file_range`` (Linux only; Python's ``os`` has no binding), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        call = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    call.restype = ctypes.c_int
+    return call
+
+
+_SYNC_FILE_RANGE_WRITE = 2  # start writing the range's dirty pages; do not wait for them
+
+
+class Writeback:
+    """Starts the disk writes of a growing file every ``every`` bytes, without waiting for them.
+
+    :func:`publish` syncs a file before renaming it into place; for a file of tens of MiB
+    written over seconds, that sync otherwise waits for every byte at the very end, after the
+    last frame (the user's wait). Started here as the file grows, the writes overlap the
+    encoding and the final sync finds only the last stretch dirty. Linux only (elsewhere, and
+    where the call fails, it does nothing: the final sync still makes the file durable).
+    """
+
+    def __init__(self, path: PathLike, every: int = 8 << 20) -> None:
+        self.path = Path(path)
+        self.every = every
+        self._started = 0  # the size at the last start
+        self._fd: Optional[int] = None
+        self._call = _sync_file_range()
+
+    def grown(self, size: int) -> None:
+        """The file now holds ``size`` bytes: start writing them if ``every`` more have come."""
+        if self._call is None or size - self._started < self.every:
+            return
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            self._call = None
+            return
+        # The whole file (length 0: to its end): pages already on their way are skipped, and
+        # bytes a muxer buffered past the last call are included.
+        if self._call(self._fd, 0, 0, _SYNC_FILE_RANGE_WRITE) != 0:
+            self._call = None  # e.g. a filesystem without it: the final sync covers everything
+            return
+        self._started = size
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def publish(temp: PathLike, target: PathLike, *, replace_folder: bool = False,

@@ -237,3 +237,61 @@ def test_real_disk_full(small_filesystem):
                      lambda temp: save_file({"w": torch.zeros(1 << 20)}, str(temp)))
     assert _listing(small_filesystem) == ["small.bin"]
     assert (small_filesystem / "small.bin").read_bytes() == b"a" * 1000
+
+
+class _RecordedRanges:
+    """Stands in for glibc's sync_file_range: records each call's file and arguments."""
+
+    def __init__(self, result: int = 0) -> None:
+        self.calls: list[tuple[int, int, int, int]] = []
+        self.result = result
+
+    def __call__(self, fd: int, offset: int, nbytes: int, flags: int) -> int:
+        self.calls.append((os.fstat(fd).st_ino, offset, nbytes, flags))
+        return self.result
+
+
+def test_writeback_starts_the_writes_every_so_many_bytes(tmp_path, monkeypatch):
+    recorded = _RecordedRanges()
+    monkeypatch.setattr(atomic_files, "_sync_file_range", lambda: recorded)
+    path = tmp_path / "growing.bin"
+    writeback = atomic_files.Writeback(path, every=1000)
+    with open(path, "wb") as out:
+        for size in range(300, 3301, 300):
+            out.write(b"x" * 300)
+            out.flush()
+            writeback.grown(size)
+    inode = path.stat().st_ino
+    # Started at 1200 (the first size >= 1000) and 2400 (the first >= 1000 bytes later; 3300 is
+    # only 900 more), always for the whole file, without waiting (SYNC_FILE_RANGE_WRITE alone).
+    assert recorded.calls == [(inode, 0, 0, 2)] * 2
+    assert writeback._started == 2400
+    assert writeback._fd is not None
+    writeback.close()
+    assert writeback._fd is None
+    writeback.close()  # twice is harmless
+
+
+def test_writeback_that_fails_stops_trying_and_the_file_still_publishes(tmp_path, monkeypatch):
+    recorded = _RecordedRanges(result=-1)
+    monkeypatch.setattr(atomic_files, "_sync_file_range", lambda: recorded)
+    temp = temp_sibling(tmp_path / "clip.mp4", suffix=".part.mp4")
+    temp.write_bytes(b"y" * 5000)
+    writeback = atomic_files.Writeback(temp, every=1000)
+    writeback.grown(2000)
+    writeback.grown(4000)
+    assert len(recorded.calls) == 1  # refused once: the final sync alone makes the file durable
+    writeback.close()
+    publish(temp, tmp_path / "clip.mp4")
+    assert (tmp_path / "clip.mp4").read_bytes() == b"y" * 5000
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")
+def test_writeback_runs_the_real_call_on_linux(tmp_path):
+    path = tmp_path / "real.bin"
+    path.write_bytes(os.urandom(3 << 20))
+    writeback = atomic_files.Writeback(path, every=1 << 20)
+    assert writeback._call is not None
+    writeback.grown(3 << 20)
+    assert writeback._call is not None and writeback._started == 3 << 20  # the kernel accepted it
+    writeback.close()

@@ -185,7 +185,7 @@ def test_cuda_frames_freed_and_reused_right_after_write_arrive_intact(tmp_path):
 def test_leaving_the_writer_hands_freed_heap_back(tmp_path, monkeypatch):
     """Each video's encoder thread leaves its frame buffers in a glibc arena; exit trims them."""
     calls = []
-    monkeypatch.setattr(writer_module, "trim_host_heap", lambda: calls.append(True))
+    monkeypatch.setattr(writer_module, "trim_host_heap_soon", lambda: calls.append(True))
     with VideoWriter(tmp_path / "ok.mp4", width=64, height=64, fps=25) as writer:
         writer.write(torch.zeros(2, 64, 64, 3, dtype=torch.uint8))
     with pytest.raises(RuntimeError):
@@ -197,6 +197,32 @@ def test_leaving_the_writer_hands_freed_heap_back(tmp_path, monkeypatch):
 
 def test_trim_host_heap_reports_whether_it_could_run():
     assert trim_host_heap() == (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc")
+
+
+def test_the_heap_is_trimmed_off_the_callers_thread_once_at_a_time(monkeypatch):
+    from ditto_core import host_memory
+
+    release, threads = threading.Event(), []
+
+    def slow_trim(pad):
+        threads.append(threading.current_thread().name)
+        release.wait(5)
+        return 1
+
+    monkeypatch.setattr(host_memory, "_malloc_trim", lambda: slow_trim)
+    host_memory.trim_host_heap_soon()
+    host_memory.trim_host_heap_soon()  # while the first still runs: nothing more
+    deadline = time.monotonic() + 5
+    while not threads and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threads == ["ditto-heap-trim"]
+    release.set()
+    while host_memory._trimming.locked() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    host_memory.trim_host_heap_soon()  # the first is done: this one runs
+    while len(threads) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threads == ["ditto-heap-trim"] * 2
 
 
 def test_one_encoder_leaves_two_cores_to_the_render_on_big_hosts(tmp_path, monkeypatch):
@@ -304,3 +330,49 @@ def test_the_writer_opens_its_encoder_while_the_caller_goes_on(tmp_path, monkeyp
                 writer.write(gradient_frames(4, 64, 64))
                 time.sleep(0.01)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["slow.mp4"]
+
+
+def test_the_mp4_goes_to_the_disk_as_it_grows_and_the_tail_is_timed(tmp_path, monkeypatch):
+    """A published MP4's writes start every WRITEBACK_BYTES (so the sync before the rename has
+    little left); the file descriptor this needs is closed again; the finish is broken down."""
+    from ditto_core import atomic_files
+    from ditto_core.video import encoder as encoder_module
+
+    calls = []
+    monkeypatch.setattr(atomic_files, "_sync_file_range", lambda: lambda fd, *args: calls.append(
+        os.fstat(fd).st_ino) or 0)
+    monkeypatch.setattr(encoder_module, "WRITEBACK_BYTES", 20_000)
+    open_before = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    noise = torch.randint(0, 256, (40, 96, 128, 3), dtype=torch.uint8)  # incompressible: bytes to write
+    target = tmp_path / "clip.mp4"
+    with VideoWriter(target, width=128, height=96, fps=25, crf=0, preset="ultrafast", audio=(tone(1.6, 24000), 24000),
+                     encoders=1) as writer:
+        writer.write(noise)
+    size = target.stat().st_size
+    assert size > 60_000 and len(calls) >= 2, (size, calls)
+    assert len(set(calls)) == 1  # one file: the MP4's temporary, which became the target
+    assert calls[0] == target.stat().st_ino
+    if open_before is not None:
+        assert len(os.listdir("/proc/self/fd")) == open_before
+    assert set(writer.finish_seconds) == {"encode_queued", "flush", "publish", "trim"}
+    assert all(seconds >= 0 for seconds in writer.finish_seconds.values())
+    assert probe(target)["frames"].shape[0] == 40
+
+
+def test_scratch_segments_are_not_sent_to_the_disk(tmp_path, monkeypatch):
+    """Parallel segments are deleted once joined: only the joined MP4 gets early writes."""
+    from ditto_core import atomic_files
+    from ditto_core.video import encoder as encoder_module
+
+    inodes = []
+    monkeypatch.setattr(atomic_files, "_sync_file_range", lambda: lambda fd, *args: inodes.append(
+        os.fstat(fd).st_ino) or 0)
+    monkeypatch.setattr(encoder_module, "WRITEBACK_BYTES", 20_000)
+    noise = torch.randint(0, 256, (40, 96, 128, 3), dtype=torch.uint8)
+    target = tmp_path / "joined.mp4"
+    with VideoWriter(target, width=128, height=96, fps=25, crf=0, preset="ultrafast", encoders=2,
+                     segment_frames=10) as writer:
+        writer.write(noise)
+    # The joined file (opened before any segment, so no segment reuses its inode) and no other.
+    assert inodes and set(inodes) == {target.stat().st_ino}
+    assert probe(target)["frames"].shape[0] == 40

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -37,7 +38,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..atomic_files import discard, disk_full_error, publish, temp_sibling
+from ..atomic_files import Writeback, discard, disk_full_error, publish, temp_sibling
 from ..errors import DittoError, InputError
 from .colour import pad_to_even, rgb_to_yuv420p, tag_bt709
 
@@ -263,6 +264,12 @@ class _AudioTrack:
 # ----------------------------------------------------------------------------------- files
 
 
+WRITEBACK_BYTES = 8 << 20
+"""A published MP4's bytes are sent to the disk each time this many more have been written
+(:class:`~ditto_core.atomic_files.Writeback`); 0: only by the sync before its rename.
+Benchmarks switch it."""
+
+
 class _OutputFile:
     """An MP4 being written under a temporary name beside ``target``; published or discarded.
 
@@ -286,6 +293,18 @@ class _OutputFile:
             discard(self.temp)
             raise
         self._open = True
+        # A file to publish has its bytes sent to the disk as it grows, so the sync before the
+        # rename (after the last frame, while the user waits) is short; a scratch file is
+        # deleted once joined and never needs to reach the disk.
+        self._writeback = None if scratch or not WRITEBACK_BYTES else Writeback(self.temp, WRITEBACK_BYTES)
+        self._muxed = 0
+
+    def mux(self, packet: av.Packet) -> None:
+        """Write one video packet (its bytes counted towards the writeback)."""
+        self.container.mux(packet)
+        self._muxed += packet.size
+        if self._writeback is not None:
+            self._writeback.grown(self._muxed)
 
     def bytes_written(self) -> int:
         try:
@@ -300,10 +319,14 @@ class _OutputFile:
         self._open = False
         if self.scratch:
             return self.temp
+        if self._writeback is not None:
+            self._writeback.close()
         publish(self.temp, self.target)
         return self.target
 
     def discard(self) -> None:
+        if self._writeback is not None:
+            self._writeback.close()
         if self._open:
             self._open = False
             try:
@@ -410,6 +433,9 @@ class SegmentEncoder:
         self.first_frame = first_frame
         self.frames = 0
         self.segment: Optional[Segment] = None  # set by close()
+        # Set by close(): seconds draining x264 and the audio ("flush"), then writing the
+        # trailer, syncing and renaming ("publish"): the wait after the last frame.
+        self.close_seconds: dict[str, float] = {}
         self.packets = 0  # video packets out of x264 so far, and their bytes
         self.packet_bytes = 0
         self._delay: Optional[int] = None
@@ -485,11 +511,14 @@ class SegmentEncoder:
         if self._closed:
             raise DittoError(f"SegmentEncoder for {self.path} is already closed; open a new one")
         try:
+            start = time.perf_counter()
             self._mux_video(self._stream.encode(None))
             if self._audio is not None:
                 self._audio.finish(self.frames)
             self._closed = True
+            flushed = time.perf_counter()
             where = self._file.publish()
+            self.close_seconds = {"flush": flushed - start, "publish": time.perf_counter() - flushed}
         except BaseException as error:
             self.abort()
             self._file.raise_if_disk_full(error, self.estimated_bytes())
@@ -501,7 +530,7 @@ class SegmentEncoder:
         for packet in packets:
             if self._delay is None:
                 self._delay = max(0, -int(packet.dts * packet.time_base * self.settings.fps))
-            self._file.container.mux(packet)
+            self._file.mux(packet)
             self.packets += 1
             self.packet_bytes += packet.size
 
@@ -682,7 +711,7 @@ class Mp4Joiner:
             packet.stream = self._video
             packet.time_base = frame_time  # relabels, does not rescale: every field is set in frames
             packet.pts, packet.dts, packet.duration = new_pts, new_dts, 1
-            self._file.container.mux(packet)
+            self._file.mux(packet)
             decoded += 1
             if self._audio is not None:
                 self._audio.until(first + decoded)

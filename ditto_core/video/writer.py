@@ -23,6 +23,7 @@ import functools
 import os
 import queue
 import threading
+import time
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
@@ -36,7 +37,7 @@ from torch import Tensor
 from ..atomic_files import DiskFullError, discard, disk_full_error
 from ..errors import DittoError, InputError
 from ..gil_turns import short_gil_turns
-from ..host_memory import trim_host_heap
+from ..host_memory import trim_host_heap, trim_host_heap_soon
 from .colour import pad_to_even, rgb_to_yuv420p
 from .encoder import (
     X264_PRESETS, EncoderSettings, Mp4Joiner, Segment, SegmentEncoder, Waveform, check_encoder_options, prepare_audio,
@@ -69,6 +70,10 @@ _DEFAULT_POOL_BYTES = 1 << 30
 # event) rather than spins: a spinning wait holds a core at 100 % for as long as the render
 # runs ahead of it, and the core is one that x264, the bottleneck, needs. Benchmarks switch it.
 HOST_WAIT_BLOCKS = True
+
+# Whether leaving a writer trims the host heap on a background thread (the caller, waiting for
+# its MP4, goes on at once) rather than on the caller's. Benchmarks switch it.
+TRIM_IN_BACKGROUND = True
 
 
 def default_segment_frames(fps: Fraction, encoders: int, expected_frames: Optional[int] = None) -> int:
@@ -199,6 +204,10 @@ class VideoWriter:
         self._packets = self._packet_bytes = 0  # out of every encoder so far
         self._joined = 0  # segments in the MP4 so far
         self._input_ended = False
+        # Where the wait after the last frame goes, seconds (the benchmark's breakdown of the
+        # tail): the encoders finishing what was queued, then with one encoder x264's flush and
+        # the file's publishing, and the heap trim on leaving the ``with`` block.
+        self.finish_seconds: dict[str, float] = {}
 
         # One encoder writes the whole file, opened by its thread as it starts: the caller renders
         # its first frames meanwhile instead of waiting for x264 to set up its threads.
@@ -318,14 +327,17 @@ class VideoWriter:
         try:
             if self._frames_queued == 0:
                 raise InputError(f"VideoWriter: no frames were written to {self.path}; nothing to save")
+            start = time.perf_counter()
             self._end_input()
             for thread in self._threads:
                 thread.join()
             self._ensure_usable()
+            self.finish_seconds["encode_queued"] = time.perf_counter() - start
             if self._joiner is not None:
                 self._joiner.close()
             else:
                 self._final.close()
+                self.finish_seconds.update(self._final.close_seconds)
         except BaseException as error:  # an interruption too (while waiting for the encoders)
             self.abort()
             self._raise(error)
@@ -375,7 +387,13 @@ class VideoWriter:
             else:
                 self.abort()
         finally:
-            trim_host_heap()  # the encoder threads' frame buffers, kept by their heap arenas
+            # The encoder threads' frame buffers, kept by their heap arenas, handed back.
+            start = time.perf_counter()
+            if TRIM_IN_BACKGROUND:
+                trim_host_heap_soon()
+            else:
+                trim_host_heap()
+            self.finish_seconds["trim"] = time.perf_counter() - start
 
     def _ensure_usable(self) -> None:
         """Raise if the writer is closed or a worker thread has failed (cleaning up first)."""
