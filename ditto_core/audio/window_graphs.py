@@ -39,18 +39,20 @@ class LiveWindowEncoder:
     elsewhere (onnxruntime, the CPU, ``cuda_graphs=False``) it calls the extractor's batched path.
     """
 
-    def __init__(self, extractor: HubertFeatureExtractor, cuda_graphs: bool = True) -> None:
+    def __init__(self, extractor: HubertFeatureExtractor, cuda_graphs: bool = True, priority: int = 0) -> None:
         self.extractor = extractor
         self.window = extractor.window
         model = extractor.model
         self.graphed = cuda_graphs and model is not None and extractor.device.type == "cuda"
         self._graphs: dict[int, CapturedCall] = {}
         self._lock = threading.Lock()
-        self._stream: Optional[torch.cuda.Stream] = None
+        # The stream the graphs replay on; ``priority`` as for torch.cuda.Stream (lower runs first):
+        # a live runtime gives it its motion thread's, since every new window waits for these rows.
+        self.stream: Optional[torch.cuda.Stream] = None
         self._weights: list[Tensor] = []
         self._precision = extractor.precision
         if self.graphed:
-            self._stream = torch.cuda.Stream(extractor.device)
+            self.stream = torch.cuda.Stream(extractor.device, priority=priority)
 
     def encode(self, windows: Tensor) -> Tensor:
         """``(n, num_samples)`` float speech windows (any device) -> ``(n, valid, 1024)`` float32 features."""
@@ -79,13 +81,13 @@ class LiveWindowEncoder:
         device, n = self.extractor.device, windows.shape[0]
         caller = torch.cuda.current_stream(device)
         if windows.is_cuda:  # made on the caller's stream (host windows are copied synchronously)
-            self._stream.wait_stream(caller)
-        with self._lock, torch.cuda.stream(self._stream):
+            self.stream.wait_stream(caller)
+        with self._lock, torch.cuda.stream(self.stream):
             size = padded_batch(n)
             captured = self._graphs.get(size)
             if captured is None:
                 captured = self._graphs[size] = CapturedCall(self._forward, (torch.zeros(
-                    size, self.window.num_samples, device=device),), self._stream)
+                    size, self.window.num_samples, device=device),), self.stream)
                 self._weights = [p.detach() for p in self.extractor.model.parameters()]
                 captured.capture()
             static = captured.inputs[0]
@@ -96,7 +98,7 @@ class LiveWindowEncoder:
             if self._precision == "fp16" and not bool(finite):  # waits for this stream's work only
                 self.extractor.overflowed()
                 return None
-        caller.wait_stream(self._stream)
+        caller.wait_stream(self.stream)
         features.record_stream(caller)
         return features.view(n, self.window.valid, HUBERT_DIM)
 

@@ -67,6 +67,10 @@ stream that pushed a long speech at once catches up without holding the others' 
 BATCH_LADDER = (5, 10, 20, 40)
 """Compiled warp+decode batch sizes: a round's frames go through the smallest that holds them."""
 
+MOTION_PRIORITY = -1
+"""CUDA stream priority of the motion thread's work and of the HuBERT windows it waits for
+(lower runs first): a round's new windows do not queue behind a round being rendered."""
+
 _ROUNDS_KEPT = 500
 """Recent rounds whose timings :meth:`LiveRuntime.round_stats` summarises."""
 
@@ -242,7 +246,7 @@ class LiveRuntime:
         self._samplers: dict[tuple, DDIMSampler] = {}
         if sampler_factory is not None:
             self.sampler = sampler_factory
-        self.hubert_windows = LiveWindowEncoder(self.hubert)
+        self.hubert_windows = LiveWindowEncoder(self.hubert, priority=MOTION_PRIORITY)
         self.stitcher = RoundStitcher(models.stitch_network, self.device, cuda_graphs=stitch_graphs)
         with torch.inference_mode():
             silent = torch.zeros(self.hubert.window.num_samples)
@@ -274,7 +278,7 @@ class LiveRuntime:
         """
         if self.device.type != "cuda":
             return None, None
-        return torch.cuda.Stream(self.device, priority=-1), torch.cuda.Stream(self.device)
+        return torch.cuda.Stream(self.device, priority=MOTION_PRIORITY), torch.cuda.Stream(self.device)
 
     # -- streams ------------------------------------------------------------------------------
 
