@@ -83,6 +83,8 @@ def _child(args: argparse.Namespace) -> None:
     pipeline = DittoPipeline.from_model_dir(args.models, device, dtype, cache_dir=Path(args.cache_root) / "avatars",
                                             detect_face=False, compile=not args.no_compile, warmup=warmup,
                                             compile_min_frames=min_frames, motion_ahead=ahead)
+    if "-eagerfaces" in suffixes:  # as before session 18: the face models loaded with the pipeline
+        pipeline.face_models(RegistrationOptions(detect_face=False))
     # The compile thread (background), a cached AOT package's load (aot), the eager path's priming.
     pipeline.start_warmup(prime="off" if "-noprime" in suffixes else "first" if "-prime1" in suffixes else "full")
     if device.type == "cuda":
@@ -124,6 +126,7 @@ VARIANT_SUFFIXES = {
     "-lmdmfp32": "the LMDM sampled in fp32, the default before 'auto' (tf32 beside half-precision networks)",
     "-noprime": "the engine's eager path not primed while the clip is prepared (before session 16)",
     "-prime1": "the engine's eager path primed at the first batch's shape only, not a full batch's too",
+    "-eagerfaces": "the face models loaded with the pipeline, not at a registration's cache miss (before session 18)",
 }
 
 
@@ -195,7 +198,12 @@ def _run_child(args: argparse.Namespace, cache_root: Path, jobs: list[Path], wor
                 "--warmup", args.warmup]
     if args.no_compile:
         command.append("--no-compile")
-    if tag.endswith("profiled"):
+    if tag.endswith("profiled") and args.py_spy:
+        # Sampled from outside, every thread, waits included: where the wall time goes, thread by thread.
+        command = [str(args.py_spy), "record", "--threads", "--idle", "--nonblocking", "--rate", "250",
+                   "--format", "speedscope", "--output", str(Path(args.profile_dir) / f"{tag}.speedscope.json"),
+                   "--", *command]
+    elif tag.endswith("profiled"):
         command += ["--profile-out", str(Path(args.profile_dir) / f"{tag}.pstats")]
         env["PYTHONPROFILEIMPORTTIME"] = "1"  # which module imports what, and how long each took
     for job in jobs:
@@ -318,6 +326,9 @@ def main(argv: Optional[list[str]] = None) -> None:
                              "suffixes (in this order): " + "; ".join(f"{k}: {v}" for k, v in VARIANT_SUFFIXES.items()))
     parser.add_argument("--max-seconds", type=float, default=None, help="trim every clip (CPU smoke runs)")
     parser.add_argument("--profile", action="store_true", help="after the timed runs, one more new-process child under cProfile (pstats into --profile-dir)")
+    parser.add_argument("--py-spy", type=Path, default=None,
+                        help="with --profile: sample the child with this py-spy (every thread, waits included; "
+                             "a speedscope file in --profile-dir) instead of cProfile (its main thread only)")
     parser.add_argument("--profile-dir", type=Path, default=Path("bench/results"))
     parser.add_argument("--profile-out", type=Path, help=argparse.SUPPRESS)  # child: its pstats file
     parser.add_argument("--repeats", type=int, default=1,
