@@ -33,7 +33,7 @@ from .motion.motion_sequence import MotionSequence
 from .motion.motion_stitch import stitch_motion
 from .precision import lmdm_precision_for
 from .progress import ProgressCallback
-from .registration.aux_models import AuxModels, aux_files_identity, find_aux_files, load_aux_models
+from .registration.aux_models import AuxModels, load_aux_models
 from .registration.cache import AvatarCache
 from .registration.image_io import load_source
 from .registration.options import RegistrationOptions
@@ -113,7 +113,6 @@ class DittoPipeline:
         self.compile = compile
         self.batch_size = batch_size
         self.model_dir = model_dir  # where face models missing from ``aux`` are loaded from on demand
-        self._face_models_loaded = True  # False while ``aux`` holds only the fingerprint of model_dir's
         self.warmup = warmup  # how the warp+decode graph is compiled (WarpDecodeEngine's ``warmup``)
         self.compile_min_frames = compile_min_frames  # shorter clips render eagerly until a graph exists
         # Whether clips rendered through motion_for_render start rendering on the first motion
@@ -148,9 +147,7 @@ class DittoPipeline:
         check_model_files(model_dir, detect_face)
         loading = StageTimes()
         start = time.perf_counter()
-        # Only their fingerprint: the face models load when a registration misses the avatar
-        # cache (:meth:`face_models`), so a cached avatar's render never waits for them.
-        aux = AuxModels(identity=aux_files_identity(find_aux_files(model_dir)))
+        aux = load_aux_models(model_dir, device, required=AUX_FILES if detect_face else ())
         loading.record("face_models", start, device)
         start = time.perf_counter()
         hubert = HubertFeatureExtractor(find_hubert(model_dir), device)
@@ -160,7 +157,6 @@ class DittoPipeline:
         loading.record("networks", start, device)
         cache = AvatarCache(cache_dir) if cache_dir is not None else None
         pipeline = cls(models, aux, hubert, cache, model_dir=model_dir, **kwargs)
-        pipeline._face_models_loaded = False
         pipeline.load_times = loading
         return pipeline
 
@@ -189,9 +185,9 @@ class DittoPipeline:
     ) -> SourceInfo:
         start = time.perf_counter()
         source = register_avatar(
-            frames_rgb, self.models, functools.partial(self.face_models, options), options, device=self.device,
+            frames_rgb, self.models, self.face_models(options), options, device=self.device,
             dtype=self.models.dtype, cache=self.cache if use_cache else None, progress=progress, is_image=is_image,
-            aux_identity=self.aux.identity, name=name,
+            name=name,
         )
         self.times.record("register", start, self.device)
         return source
@@ -280,19 +276,14 @@ class DittoPipeline:
         return replace(options, delta_eye_arr=table)
 
     def face_models(self, options: Optional[RegistrationOptions]) -> AuxModels:
-        """The face models, loaded from ``model_dir`` on first need (a registration that misses
-        the avatar cache).
+        """The face models, with the detection set loaded on first need.
 
-        Every one found is loaded; face detection needs all four files, and its load names every
-        one that is missing and where it goes (also after a load for the no-detector mode).
+        A pipeline built for the no-detector mode holds only what it found; face detection needs
+        all four files, and this load names every one that is missing and where it goes.
         """
         detect = (options or RegistrationOptions()).detect_face
-        if self.model_dir is not None:
-            if detect and any(getattr(self.aux, name) is None for name in AUX_FILES):
-                self.aux = load_aux_models(self.model_dir, self.device, required=AUX_FILES)
-            elif not self._face_models_loaded:
-                self.aux = load_aux_models(self.model_dir, self.device, required=())
-            self._face_models_loaded = True
+        if detect and self.model_dir is not None and any(getattr(self.aux, name) is None for name in AUX_FILES):
+            self.aux = load_aux_models(self.model_dir, self.device, required=AUX_FILES)
         return self.aux
 
     def engine(self, batch_size: Optional[int] = None, compile: Optional[bool] = None) -> WarpDecodeEngine:

@@ -22,7 +22,6 @@ from ditto_core.errors import CheckpointError
 from ditto_core.models import checkpoints as C
 from ditto_core.models import ditto_models
 from ditto_core.pipeline import DittoPipeline
-from ditto_core.registration.options import RegistrationOptions
 from tests.test_registration_stubs import landmark106_model, landmark203_model, scrfd_model
 
 REDOWNLOAD = "([Rr]e-?download|digital-avatar/ditto-talkinghead)"
@@ -60,31 +59,20 @@ def test_truncated_network_file_is_named(tmp_path, official_ckpt_dir, name, keep
         C.load_network(name, tmp_path)
 
 
-def _load_then_register(model_dir: Path, cache_dir=None) -> DittoPipeline:
-    """Load the pipeline, then register a small portrait (no detection: every file found still loads)."""
-    pipeline = DittoPipeline.from_model_dir(model_dir, device="cpu", detect_face=False, cache_dir=cache_dir)
-    pipeline.register(torch.full((1, 160, 160, 3), 128, dtype=torch.uint8), RegistrationOptions(detect_face=False))
-    return pipeline
-
-
 @pytest.mark.reliability(area="Models", case="face model or HuBERT .onnx truncated (interrupted download)",
-                         behaviour="CheckpointError naming the file and where to re-download it: HuBERT's at "
-                                   "pipeline load, before any network; a face model's when first needed (the first "
-                                   "registration that misses the avatar cache)")
+                         behaviour="CheckpointError at pipeline load naming the file and where to re-download it; "
+                                   "raised before any network is loaded")
 @pytest.mark.parametrize("file", ["det_10g.onnx", "2d106det.onnx", "landmark203.onnx", HUBERT_ONNX_NAME])
-def test_truncated_aux_model_is_named_when_loaded(model_dir, file, monkeypatch):
+def test_truncated_aux_model_fails_the_pipeline_load(model_dir, file, monkeypatch):
     path = model_dir / "aux_models" / file
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    if file == HUBERT_ONNX_NAME:
-        monkeypatch.setattr(ditto_models, "build_network", _never("a network was loaded before HuBERT"))
+    monkeypatch.setattr(ditto_models, "build_network", _never("a network was loaded before the aux models"))
     with pytest.raises(CheckpointError, match=rf"{file}.*(truncated|damaged).*{REDOWNLOAD}"):
-        _load_then_register(model_dir)
+        DittoPipeline.from_model_dir(model_dir, device="cpu", detect_face=False)
 
 
 @pytest.mark.reliability(area="Models", case="another model's file under a face-model, landmarker or HuBERT name",
-                         behaviour="CheckpointError when the file is loaded (HuBERT's at pipeline load, a face "
-                                   "model's at the first registration that misses the avatar cache): the file is "
-                                   "not the expected model, re-download it")
+                         behaviour="CheckpointError at pipeline load: the file is not the expected model, re-download it")
 @pytest.mark.parametrize("file, impostor, problem", [
     ("det_10g.onnx", "2d106det.onnx", "is not the SCRFD"),
     ("2d106det.onnx", HUBERT_ONNX_NAME, "is not the InsightFace 106-point"),
@@ -92,12 +80,12 @@ def test_truncated_aux_model_is_named_when_loaded(model_dir, file, monkeypatch):
     ("face_landmarker.task", "landmark203.onnx", "could not be loaded as MediaPipe's face landmarker"),
     (HUBERT_ONNX_NAME, "landmark203.onnx", "is not Ditto's streaming HuBERT"),
 ])
-def test_foreign_aux_model_is_named_when_loaded(model_dir, file, impostor, problem):
+def test_foreign_aux_model_fails_the_pipeline_load(model_dir, file, impostor, problem):
     aux = model_dir / "aux_models"
     shutil.copy(aux / impostor, aux / f"{file}.impostor")
     (aux / f"{file}.impostor").replace(aux / file)
     with pytest.raises(CheckpointError, match=rf"{file}.*{problem}.*{REDOWNLOAD}"):
-        _load_then_register(model_dir)
+        DittoPipeline.from_model_dir(model_dir, device="cpu", detect_face=False)
 
 
 def _never(why: str):

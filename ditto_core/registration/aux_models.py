@@ -48,7 +48,7 @@ def load_aux_models(
     unknown = sorted(set(required) - set(AUX_FILES))
     if unknown:
         raise KeyError(f"unknown aux model(s) {unknown}; expected names from {sorted(AUX_FILES)}")
-    files = find_aux_files(aux_dir)
+    files = {name: find_aux_file(name, aux_dir) for name in AUX_FILES}
     missing = [AUX_FILES[name] for name in required if files[name] is None]
     if missing:
         raise MissingModelError(
@@ -65,16 +65,5 @@ def load_aux_models(
             models[name] = onnx_models[name](create_session(path, device, AUX_FILES[name]), path)
         else:
             models[name] = Landmark478(path)
-    return AuxModels(**models, identity=aux_files_identity(files))
-
-
-def find_aux_files(aux_dir: Path | str) -> dict[str, Optional[Path]]:
-    """Each face model's file under ``aux_dir`` (see :func:`~ditto_core.model_files.aux_dirs`), None where absent."""
-    return {name: find_aux_file(name, aux_dir) for name in AUX_FILES}
-
-
-def aux_files_identity(files: dict[str, Optional[Path]]) -> str:
-    """The fingerprint :func:`load_aux_models` gives the models of ``files`` (the avatar cache key's
-    part for them), known without loading them: a cache hit then never loads a face model."""
     fingerprint = "|".join(f"{name}={file_identity(path)}" for name, path in files.items() if path is not None)
-    return hashlib.sha256(fingerprint.encode()).hexdigest()
+    return AuxModels(**models, identity=hashlib.sha256(fingerprint.encode()).hexdigest())

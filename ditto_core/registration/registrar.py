@@ -21,7 +21,6 @@ from torch import Tensor, nn
 from ..errors import InputError
 from ..models.keypoints import MotionInfo
 from ..progress import ProgressCallback, report
-from .aux_models import AuxModels
 from .cache import AvatarCache, cache_key, source_from_tensors, source_to_tensors
 from .crop import crop_transform, letterbox_transform, network_input, warp_frames
 from .eye_info import NUM_MESH_POINTS, default_eye_measurements, eye_measurements
@@ -64,7 +63,6 @@ def register_avatar(
     progress: Optional[ProgressCallback] = None,
     is_image: Optional[bool] = None,
     model_identity: Optional[str] = None,
-    aux_identity: Optional[str] = None,
     name: str = "source image",
     batch_size: int = 8,
 ) -> SourceInfo:
@@ -78,8 +76,6 @@ def register_avatar(
         aux: holds ``face_detector``, ``landmark106``, ``landmark203`` (needed when
             ``options.detect_face``) and ``landmark478`` (optional: without it, or where it
             finds no face, eye measurements take neutral defaults and a warning is issued).
-            Or a function of no arguments returning them, called only when the cache misses
-            (a hit then loads no face model; give ``aux_identity`` with it).
         options: crop, smoothing, size and face-selection options.
         device, dtype: where the result lives; ``f_s`` has ``dtype``, everything else float32
             (``frames`` uint8). Default device: CUDA when available.
@@ -87,7 +83,7 @@ def register_avatar(
         progress: ``callback(done, total)``; raising from it cancels (nothing is cached then).
         is_image: still portrait (True) or video (False); default: ``N == 1``.
         model_identity: fingerprint of the extractor files for the cache key; default
-            ``models.identity`` (combined with ``aux_identity``, default ``aux.identity``).
+            ``models.identity`` (combined with ``aux.identity``).
         name: how error messages refer to the source.
         batch_size: frames per extractor batch.
 
@@ -108,16 +104,13 @@ def register_avatar(
     if cache is not None:
         identity = model_identity if model_identity is not None else getattr(models, "identity", "")
         settings = {**options.fingerprint(), "dtype": str(dtype), "is_image": is_image}
-        faces = aux_identity if aux_identity is not None else getattr(aux, "identity", "")
-        key = cache_key(rgb.cpu().numpy(), settings, f"{identity}|{faces}")
+        key = cache_key(rgb.cpu().numpy(), settings, f"{identity}|{getattr(aux, 'identity', '')}")
     frames = resize_frames(rgb.to(device), *fit_size(height, width, options.max_size))
     if cache is not None:
         hit = _from_cache(cache, key, frames, is_image, device)
         if hit is not None:
             return hit
 
-    if callable(aux) and not isinstance(aux, AuxModels):
-        aux = aux()
     steps = count * (2 if options.detect_face else 1)
     with torch.no_grad():
         m_o2c = _crop_transforms(frames, aux, options, name, progress, steps)
