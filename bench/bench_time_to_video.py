@@ -83,8 +83,6 @@ def _child(args: argparse.Namespace) -> None:
     pipeline = DittoPipeline.from_model_dir(args.models, device, dtype, cache_dir=Path(args.cache_root) / "avatars",
                                             detect_face=False, compile=not args.no_compile, warmup=warmup,
                                             compile_min_frames=min_frames, motion_ahead=ahead)
-    if "-eagerfaces" in suffixes:  # as before session 18: the face models loaded with the pipeline
-        pipeline.face_models(RegistrationOptions(detect_face=False))
     # The compile thread (background), a cached AOT package's load (aot), the eager path's priming.
     pipeline.start_warmup(prime="off" if "-noprime" in suffixes else "first" if "-prime1" in suffixes else "full")
     if device.type == "cuda":
@@ -126,7 +124,6 @@ VARIANT_SUFFIXES = {
     "-lmdmfp32": "the LMDM sampled in fp32, the default before 'auto' (tf32 beside half-precision networks)",
     "-noprime": "the engine's eager path not primed while the clip is prepared (before session 16)",
     "-prime1": "the engine's eager path primed at the first batch's shape only, not a full batch's too",
-    "-eagerfaces": "the face models loaded with the pipeline, not at a registration's cache miss (before session 18)",
 }
 
 

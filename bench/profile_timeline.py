@@ -16,6 +16,7 @@ import argparse
 import collections
 import json
 from pathlib import Path
+from typing import Optional
 
 OURS = ("ditto_core/", "bench/")
 
@@ -27,11 +28,11 @@ def _label(stack: list[dict], depth: int) -> str:
     return " > ".join(ours[-depth:]) + f" | {leaf}"
 
 
-def summarise(path: Path, thread: str, slice_s: float, depth: int, top: int) -> str:
+def summarise(path: Path, thread: Optional[str], slice_s: float, depth: int, top: int) -> str:
     data = json.loads(path.read_text())
     frames = data["shared"]["frames"]
     lines = []
-    for profile in data["profiles"]:
+    for number, profile in enumerate(data["profiles"]):
         weights = profile["weights"]
         stacks = [[frames[i] for i in sample] for sample in profile["samples"]]
         leaves = collections.Counter()
@@ -40,7 +41,7 @@ def summarise(path: Path, thread: str, slice_s: float, depth: int, top: int) -> 
         total = sum(weights)
         lines.append(f"## {profile['name']}: {total:.2f} s sampled")
         lines += [f"  {seconds:7.2f} s  {label}" for label, seconds in leaves.most_common(top)]
-        if thread not in profile["name"]:
+        if (thread is None and number > 0) or (thread is not None and thread not in profile["name"]):
             continue
         lines.append(f"### {profile['name']}, slice by slice ({slice_s:g} s)")
         clock, bucket = 0.0, collections.Counter()
@@ -58,7 +59,8 @@ def summarise(path: Path, thread: str, slice_s: float, depth: int, top: int) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("speedscope", type=Path)
-    parser.add_argument("--thread", default="MainThread", help="the thread shown slice by slice (part of its name)")
+    parser.add_argument("--thread", default=None,
+                        help="the thread shown slice by slice (part of its name; default: the first, the main thread)")
     parser.add_argument("--slice", type=float, default=0.1, help="seconds per slice")
     parser.add_argument("--depth", type=int, default=3, help="frames of our code shown per slice")
     parser.add_argument("--top", type=int, default=12, help="leaves listed per thread")
