@@ -181,7 +181,8 @@ def main() -> None:
                 name = layout.name
                 path = workdir / f"{preset}_{name}.mp4"
                 writer_module.HOST_WAIT_BLOCKS = not layout.spin
-                encoder_module.WRITEBACK_BYTES = 0 if layout.sync_at_end else writeback_default
+                encoder_module.WRITEBACK_BYTES = writeback_default if layout.writeback_mib is None \
+                    else layout.writeback_mib << 20
                 writer_module.TRIM_IN_BACKGROUND = not layout.trim_in_caller
                 tails, finishes = [], []
                 for _ in range(1 if args.quick else REPEATS):
@@ -221,8 +222,10 @@ class Layout(NamedTuple):
     queue: Optional[int] = None  # frames the host pool holds between the render and x264
     spin: bool = False  # the encoder threads spin while they wait for the GPU's copies (before session 16)
     wait_open: bool = False  # the render waits for x264 to open, as when the writer opened it (before session 17)
-    sync_at_end: bool = False  # the MP4's bytes go to the disk only at the sync before its rename (before session 18)
     trim_in_caller: bool = False  # the caller trims the host heap before it gets its MP4 (before session 18)
+    # MiB between the MP4's early writebacks (None: the writer's default; 0: only the sync before
+    # its rename, as before session 18)
+    writeback_mib: Optional[int] = None
 
     def writer_options(self) -> dict:
         """The :class:`VideoWriter` arguments of this layout (what it leaves out, the writer's defaults)."""
@@ -231,21 +234,22 @@ class Layout(NamedTuple):
     @property
     def name(self) -> str:
         return (f"{self.encoders}" + "".join(f"{tag}{value}" for tag, value in zip("xnq", self[1:4]) if value is not None)
-                + ("s" if self.spin else "") + ("w" if self.wait_open else "") + ("e" if self.sync_at_end else "")
-                + ("t" if self.trim_in_caller else ""))
+                + ("s" if self.spin else "") + ("w" if self.wait_open else "") + ("t" if self.trim_in_caller else "")
+                + (f"b{self.writeback_mib}" if self.writeback_mib is not None else ""))
 
 
 def parse_layout(text: str) -> Layout:
     """"3" -> Layout(3); "1x16n10q128" -> 1 encoder of 16 threads at nice 10 with a 128-frame pool."""
-    match = re.fullmatch(r"(\d+)(?:x(\d+))?(?:n(\d+))?(?:q(\d+))?(s?)(w?)(e?)(t?)", text)
+    match = re.fullmatch(r"(\d+)(?:x(\d+))?(?:n(\d+))?(?:q(\d+))?(s?)(w?)(t?)(?:b(\d+))?", text)
     layout = Layout(*(int(group) if group else None for group in match.groups()[:4]), spin=bool(match[5]),
-                    wait_open=bool(match[6]), sync_at_end=bool(match[7]), trim_in_caller=bool(match[8])) if match else None
+                    wait_open=bool(match[6]), trim_in_caller=bool(match[7]),
+                    writeback_mib=int(match[8]) if match[8] else None) if match else None
     if layout is None or layout.encoders < 1 or layout.threads == 0 or (layout.nice or 0) > 19 \
             or (layout.queue is not None and layout.queue < 8):
         raise argparse.ArgumentTypeError(
-            f"a layout is E[xT][nN][qQ][s][w][e][t] (encoders, threads each, nice 0-19, queue >= 8 frames, "
-            f"spinning waits, the render waiting for x264 to open, the MP4 synced only at the end, the heap "
-            f"trimmed by the caller), got {text!r}")
+            f"a layout is E[xT][nN][qQ][s][w][t][bB] (encoders, threads each, nice 0-19, queue >= 8 frames, "
+            f"spinning waits, the render waiting for x264 to open, the heap trimmed by the caller, MiB between "
+            f"the MP4's writebacks with 0 for none before the final sync), got {text!r}")
     return layout
 
 

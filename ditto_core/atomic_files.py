@@ -241,7 +241,7 @@ class Writeback:
     where the call fails, it does nothing: the final sync still makes the file durable).
     """
 
-    def __init__(self, path: PathLike, every: int = 8 << 20) -> None:
+    def __init__(self, path: PathLike, every: int) -> None:
         self.path = Path(path)
         self.every = every
         self._started = 0  # the size at the last start

@@ -14,8 +14,8 @@ from ditto_core.video.writer import VideoWriter
 @pytest.mark.parametrize("text, layout", [
     ("1", Layout(1)), ("3", Layout(3)), ("1x16n10q128", Layout(1, 16, 10, 128)), ("2n0", Layout(2, None, 0)),
     ("1s", Layout(1, spin=True)), ("2x4q16s", Layout(2, 4, None, 16, True)), ("1w", Layout(1, wait_open=True)),
-    ("1e", Layout(1, sync_at_end=True)), ("1x14we", Layout(1, 14, wait_open=True, sync_at_end=True)),
-    ("1et", Layout(1, sync_at_end=True, trim_in_caller=True)),
+    ("1b0", Layout(1, writeback_mib=0)), ("1x14wb2", Layout(1, 14, wait_open=True, writeback_mib=2)),
+    ("1tb0", Layout(1, trim_in_caller=True, writeback_mib=0)),
     ("1x2sw", Layout(1, 2, None, None, True, True)),
 ])
 def test_layouts_parse_and_every_one_opens_a_writer(tmp_path, text, layout):
@@ -29,7 +29,7 @@ def test_layouts_parse_and_every_one_opens_a_writer(tmp_path, text, layout):
         assert sum(1 for _ in container.decode(video=0)) == 3
 
 
-@pytest.mark.parametrize("text", ["0", "1x0", "1n20", "1q4", "x2", "1 n2", "1ss", "s1", "1ws", "1ew", "1te"])
+@pytest.mark.parametrize("text", ["0", "1x0", "1n20", "1q4", "x2", "1 n2", "1ss", "s1", "1ws", "1b", "1b2t", "1e"])
 def test_a_bad_layout_is_refused_with_its_form(text):
-    with pytest.raises(argparse.ArgumentTypeError, match=r"E\[xT\]\[nN\]\[qQ\]\[s\]\[w\]"):
+    with pytest.raises(argparse.ArgumentTypeError, match=r"E\[xT\]\[nN\]\[qQ\]\[s\]\[w\]\[t\]\[bB\]"):
         parse_layout(text)
