@@ -314,3 +314,28 @@ def test_the_round_after_a_capped_one_starts_with_the_streams_it_left_out():
     assert [s.id for s in runtime._from_last_sampled(states)] == [3, 4, 1, 2]
     runtime._last_sampled = 4
     assert [s.id for s in runtime._from_last_sampled(states)] == [1, 2, 3, 4]
+
+
+def test_speech_pushed_at_once_waits_as_samples_not_as_features(pipeline, monkeypatch):
+    """A TTS engine pushes speech much faster than it is animated: HuBERT then stays at most two
+    LMDM windows ahead (the features of 30 minutes pushed at once once grew a buffer each round
+    copied whole, and CUDA's reserved memory with it), and every frame still comes, in order."""
+    from ditto_core.live.schedule import OnlineMotion
+
+    held = []
+    push = OnlineMotion.push
+
+    def recording_push(self, features):
+        push(self, features)
+        held.append(self.buffered_rows)
+
+    monkeypatch.setattr(OnlineMotion, "push", recording_push)
+    runtime = LiveRuntime(pipeline, max_streams=1, renderer=RecordingRenderer())
+    runtime.sampler = lambda options: ProjectionSampler()
+    speech = (0.1 * np.random.default_rng(9).standard_normal(12 * 16000)).astype(np.float32)
+    [(_, frames)] = asyncio.run(_stream_all(runtime, [(random_source(1, is_image=True, seed=4), MotionOptions(),
+                                                        [speech])]))
+    runtime.shutdown()
+    assert len(held) == math.ceil((len(speech) + 1920) / 3200)  # every HuBERT window went in
+    assert max(held) <= W + 5  # the next two windows' rows (overlap 75: 5 new rows a window)
+    assert [f.index for f in frames] == list(range(5 * math.ceil((len(speech) + 1920) / 3200) + 5))

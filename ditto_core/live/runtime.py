@@ -533,8 +533,13 @@ class LiveRuntime:
             state.next_silence = now + state.audio.hop / SAMPLE_RATE
             state.silence_windows += 1
         windows = []
+        # HuBERT runs ahead of the stream's LMDM by at most its next two windows' feature rows:
+        # speech pushed faster than it is animated (a TTS engine's, most often) waits as samples,
+        # 4 bytes each, rather than piling up as 1024 features a frame in a buffer each round copies.
+        wanted = WINDOW + state.motion.hop
         for _ in range(_HUBERT_WINDOWS_PER_ROUND):
-            if not state.audio.has_window():
+            ahead = state.motion.buffered_rows + len(windows) * state.audio.window.valid
+            if not state.audio.has_window() or ahead >= wanted:
                 break
             needed = state.audio.windows_done * state.audio.hop + state.audio.window.num_samples - state.audio.lead_in
             state.window_times.append(self._arrival(state, needed, now))

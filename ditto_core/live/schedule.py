@@ -202,6 +202,11 @@ class OnlineMotion:
     def finished(self) -> bool:
         return self.ended and self._feats.shape[0] == 0
 
+    @property
+    def buffered_rows(self) -> int:
+        """Feature rows pushed and not yet consumed by a window (the runtime keeps this bounded)."""
+        return self._feats.shape[0] + self._pending_rows
+
     def next_valid(self) -> Optional[int]:
         """The ``valid`` of the next window if its features are all there (or the stream ended),
         else None: what :meth:`next_window` would return, without building its conditions."""
