@@ -264,7 +264,7 @@ class _AudioTrack:
 # ----------------------------------------------------------------------------------- files
 
 
-WRITEBACK_BYTES = 2 << 20
+WRITEBACK_BYTES = 8 << 20
 """A published MP4's bytes are sent to the disk each time this many more have been written
 (:class:`~ditto_core.atomic_files.Writeback`); 0: only by the sync before its rename.
 Benchmarks switch it."""
