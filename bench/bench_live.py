@@ -38,6 +38,7 @@ import torch
 
 from ditto_core.audio.hubert import HubertFeatureExtractor
 from ditto_core.live import AvatarStream, LiveRuntime, StreamConfig
+from ditto_core.live.runtime import quantile
 from ditto_core.motion.motion_options import MotionOptions
 from ditto_core.pipeline import DittoPipeline
 from ditto_core.precision import NETWORK_PRECISIONS, network_dtype
@@ -65,8 +66,7 @@ def _speech(seconds: float, seed: int = 0) -> np.ndarray:
 
 
 def _pct(values, q):
-    values = sorted(v for v in values if v is not None)
-    return None if not values else values[min(len(values) - 1, int(q * len(values)))]
+    return quantile(sorted(v for v in values if v is not None), q)
 
 
 async def _run_stream(runtime, source, options, config, speech, realtime=True, keep=None):

@@ -418,8 +418,8 @@ class LiveRuntime:
             "backlog_frames": state.backlog,
             "buffered_speech_s": round(state.buffered_seconds(), 3),
             "first_frame_latency_s": state.first_frame_latency,
-            "chunk_latency_p50_s": _quantile(lat, 0.5),
-            "chunk_latency_p95_s": _quantile(lat, 0.95),
+            "chunk_latency_p50_s": quantile(lat, 0.5),
+            "chunk_latency_p95_s": quantile(lat, 0.95),
             "active_streams": self.active_streams,
             "max_streams": self.max_streams,
         }
@@ -433,7 +433,7 @@ class LiveRuntime:
 
         def summary(values: list[float], scale: float = 1.0) -> dict:
             values = sorted(values)
-            return {"p50": round(scale * _quantile(values, 0.5), 2), "p95": round(scale * _quantile(values, 0.95), 2),
+            return {"p50": round(scale * quantile(values, 0.5), 2), "p95": round(scale * quantile(values, 0.95), 2),
                     "max": round(scale * values[-1], 2)}
 
         return {
@@ -843,8 +843,9 @@ def _cudagraph_thread_state() -> None:
     torch._C._stash_obj_in_tls("tree_manager_locks", local.tree_manager_locks)
 
 
-def _quantile(ordered: list, q: float):
-    """The ``q`` quantile of an ascending list (the nearest rank at or below), None when empty."""
+def quantile(ordered: list, q: float):
+    """The ``q`` quantile of an ascending list (the nearest rank at or below), None when empty: how
+    the runtime's stats (and the live benchmark's summaries of them) pick p50 and p95."""
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None
 
 
