@@ -144,7 +144,7 @@ def parse_variant(name: str) -> tuple[str, set[str]]:
 # ----------------------------------------------------------------------------------- parent
 
 
-def _speech_variants(audio: Path, seconds: float, folder: Path) -> tuple[Path, Path]:
+def speech_variants(audio: Path, seconds: float, folder: Path) -> tuple[Path, Path]:
     """Two different speech files of ``seconds``: the example looped, and the same reversed."""
     import av
     import numpy as np
@@ -276,7 +276,7 @@ def _print_table(result: dict[str, Any]) -> None:
         print(f"goal {key} {op} {goal}: {got if got is None else round(got, 2)} ({verdict})")
 
 
-def _ensure_models(args: argparse.Namespace) -> None:
+def ensure_models(args: argparse.Namespace) -> None:
     models = Path(args.models)
     if not (models / "warp_network.pth").exists() and args.make_checkpoints:
         subprocess.run([sys.executable, str(args.make_checkpoints), "--out", str(models), "--seed", "0"], check=True)
@@ -352,7 +352,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         from ditto_core.process_exit import exit_now
 
         exit_now(0)  # as the CLI ends: the process's exit is part of what its user waits for
-    _ensure_models(args)
+    ensure_models(args)
     args.profile_dir.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"config": {k: str(v) for k, v in vars(args).items()}, "clips": {}}
     with tempfile.TemporaryDirectory(prefix="ttv_") as tmp:
@@ -364,7 +364,7 @@ def main(argv: Optional[list[str]] = None) -> None:
 
                 with av.open(str(args.audio)) as container:
                     seconds = float(container.duration / 1e6)
-            jobs = list(_speech_variants(args.audio, min(seconds, args.max_seconds or seconds), work))
+            jobs = list(speech_variants(args.audio, min(seconds, args.max_seconds or seconds), work))
             firsts, later = {}, {warmup: [] for warmup in args.warmups}
             caches = {warmup: work / f"cache_{clip}_{warmup}" for warmup in args.warmups}
             for warmup in args.warmups:

@@ -2,7 +2,8 @@
 
 Headless use without ComfyUI: the same library calls the nodes make. Every option is checked
 while the command line is parsed, so a bad value is refused, naming its flag, before any model,
-image or speech is loaded.
+image or speech is loaded. Parsing imports no PyTorch: a render handed to a warm worker
+(``worker``, :mod:`ditto_core.worker`) never loads it.
 """
 from __future__ import annotations
 
@@ -19,12 +20,14 @@ from typing import Callable, Optional, Sequence, TextIO
 
 from .batch import cli as batch_cli
 from .errors import DittoError
-from .live import server as live_server
-from .process_exit import exit_now
-from .signals import exit_status, terminate_as_interrupt
-from .motion.motion_options import EMOTIONS, MAX_STEPS
+from .live import cli as live_cli
+from .motion.option_values import EMOTIONS, MAX_STEPS
 from .precision import LMDM_PRECISION_CHOICES, NETWORK_PRECISIONS
-from .video.writer import X264_PRESETS
+from .process_exit import exit_now
+from .render_request import RenderRequest, RenderSettings
+from .signals import exit_status, terminate_as_interrupt
+from .video.x264_presets import X264_PRESETS
+from .worker import cli as worker_cli
 
 log = logging.getLogger(__name__)
 MAX_SEED = 2**64 - 1
@@ -99,25 +102,67 @@ def _output_mp4(text: str) -> Path:
     return path
 
 
-def _device(text: str):
+DEVICE_TYPES = ("cpu", "cuda")
+
+
+def _device(text: str) -> str:
+    """``cpu``, ``cuda`` or ``cuda:N`` by its spelling; whether this machine has it is
+    :func:`check_device`'s (it needs PyTorch)."""
+    kind, _, index = text.partition(":")
+    if kind not in DEVICE_TYPES or (index and not index.isdigit()) or text.endswith(":"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device this pack runs on: use cpu, cuda or cuda:N")
+    return text
+
+
+def check_device(text: Optional[str], parser: argparse.ArgumentParser):
+    """The torch device for a ``--device`` value (None: CUDA when available), refused by its flag
+    when this machine lacks it."""
     import torch
 
-    try:
-        device = torch.device(text)
-    except RuntimeError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a device: use cpu, cuda or cuda:N") from None
+    if text is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(text)
     if device.type == "cuda":
         if not torch.cuda.is_available():
             why = ("this PyTorch build has no CUDA support; install a CUDA build of torch" if torch.version.cuda is None
                    else "no GPU or driver was found")
-            raise argparse.ArgumentTypeError(f"{text} was asked for, but PyTorch sees no CUDA GPU here ({why}); "
-                                             f"use --device cpu")
+            parser.error(f"argument --device: {text} was asked for, but PyTorch sees no CUDA GPU here ({why}); "
+                         f"use --device cpu")
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise argparse.ArgumentTypeError(f"{text} does not exist: this machine has "
-                                             f"{torch.cuda.device_count()} GPU(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}")
-    elif device.type != "cpu":
-        raise argparse.ArgumentTypeError(f"{text}: only cpu and cuda devices are supported")
+            parser.error(f"argument --device: {text} does not exist: this machine has {torch.cuda.device_count()} "
+                         f"GPU(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}")
     return device
+
+
+def add_pipeline_flags(p: argparse.ArgumentParser) -> None:
+    """The flags that decide what a render loads (:class:`~ditto_core.render_request.RenderSettings`),
+    shared by ``render`` and ``worker``."""
+    p.add_argument("--models", type=Path, default=Path("models/ditto"),
+                   help="folder with the official Ditto files (default: models/ditto; fill it with "
+                        "`python -m ditto_core download`)")
+    p.add_argument("--random-weights", action="store_true",
+                   help="smoke mode: random networks, no face detector, stand-in audio encoder; the output is "
+                        "noise but every stage of the pipeline runs")
+    p.add_argument("--cropped", action="store_true",
+                   help="portraits are face crops already: used whole, no face detection (the face models are "
+                        "then not needed)")
+    p.add_argument("--device", type=_device, default=None, help="cuda, cuda:1, cpu (default: cuda when available)")
+    p.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp32",
+                   help="image networks' precision: fp32 reproduces Ditto, fp16 and bf16 are the GPU fast paths "
+                        "(default: fp32)")
+    p.add_argument("--batch-size", type=_int_in(0), default=0,
+                   help="frames per warp+decode batch (default: 0, chosen from free VRAM)")
+    p.add_argument("--cache-dir", type=Path, default=None, help="avatar cache folder (default: <--models>/cache)")
+
+
+def check_pipeline_flags(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """What no single pipeline flag's type can see: the machine's devices, combinations."""
+    device = check_device(args.device, parser)
+    if device.type == "cpu" and args.precision != "fp32":
+        parser.error(f"argument --precision: {args.precision} is a GPU fast path; on the CPU use fp32 "
+                     f"(or --device cuda on a machine with a GPU)")
+    if args.cache_dir is not None and args.cache_dir.exists() and not args.cache_dir.is_dir():
+        parser.error(f"argument --cache-dir: {args.cache_dir} is a file, not a folder")
 
 
 # -- render ------------------------------------------------------------------------------------
@@ -132,16 +177,7 @@ def _add_render(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--audio", required=True, type=_input_file, help="speech track (wav, mp3, flac, m4a, ...)")
     p.add_argument("--out", required=True, type=_output_mp4,
                    help="output .mp4 path (written atomically; missing folders are created)")
-    p.add_argument("--models", type=Path, default=Path("models/ditto"),
-                   help="folder with the official Ditto files (default: models/ditto; fill it with "
-                        "`python -m ditto_core download`)")
-    p.add_argument("--random-weights", action="store_true",
-                   help="smoke mode: random networks, no face detector, stand-in audio encoder; the output is "
-                        "noise but every stage of the pipeline runs")
-    p.add_argument("--device", type=_device, default=None, help="cuda, cuda:1, cpu (default: cuda when available)")
-    p.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp32",
-                   help="image networks' precision: fp32 reproduces Ditto, fp16 and bf16 are the GPU fast paths "
-                        "(default: fp32)")
+    add_pipeline_flags(p)
     p.add_argument("--steps", type=_int_in(1, MAX_STEPS), default=25,
                    help=f"DDIM steps of the motion diffusion, 1 to {MAX_STEPS} (default: 25; the reference uses 50)")
     p.add_argument("--lmdm-precision", choices=LMDM_PRECISION_CHOICES, default="auto",
@@ -158,8 +194,6 @@ def _add_render(sub: argparse._SubParsersAction) -> None:
                         "0 random 60-100 open-eye frames between blinks (Ditto's default), N > 0 exactly N")
     p.add_argument("--eye-lock", action="store_true",
                    help="condition every frame on the eye state of the source's first frame (steadier eyes)")
-    p.add_argument("--batch-size", type=_int_in(0), default=0,
-                   help="frames per warp+decode batch (default: 0, chosen from free VRAM)")
     p.add_argument("--crf", type=_int_in(0, MAX_CRF), default=18,
                    help=f"x264 quality, 0 (lossless) to {MAX_CRF}: lower is better and larger (default: 18)")
     p.add_argument("--preset", choices=X264_PRESETS, default=None,
@@ -173,72 +207,64 @@ def _add_render(sub: argparse._SubParsersAction) -> None:
                         "Off by default: on the H200 with torch 2.11 loading a CUDA package crashed (docs/PERFORMANCE.md)")
     p.add_argument("--max-seconds", type=_positive_seconds, default=None,
                    help="render only the first N seconds of speech (default: all of it)")
-    p.add_argument("--cache-dir", type=Path, default=None, help="avatar cache folder (default: <--models>/cache)")
+    worker_cli.add_hand_off_flags(p)
     # one_shot: the process ends right after the MP4 is out (main's exit_fast); the batch and
     # serve commands own Ray clusters and servers whose shutdown must run.
-    p.set_defaults(run=_render, check=_check_render, one_shot=True)
+    p.set_defaults(run=_render, check=check_pipeline_flags, hand_off=_hand_off, one_shot=True)
 
 
-def _check_render(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    """What no single flag's type can see: combinations, and defaults that depend on the machine."""
-    import torch
-
-    device = args.device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.type == "cpu" and args.precision != "fp32":
-        parser.error(f"argument --precision: {args.precision} is a GPU fast path; on the CPU use fp32 "
-                     f"(or --device cuda on a machine with a GPU)")
-    if args.cache_dir is not None and args.cache_dir.exists() and not args.cache_dir.is_dir():
-        parser.error(f"argument --cache-dir: {args.cache_dir} is a file, not a folder")
-
-
-def _render(args: argparse.Namespace) -> int:
+def _hand_off(args: argparse.Namespace) -> Optional[int]:
+    """The render done by a warm worker (its exit status), or None: this process renders it."""
     from .atomic_files import reap_stale_temporaries
 
     reap_stale_temporaries(args.out.parent)  # what renders killed outright (SIGKILL) left there
+    if args.worker == "off" or args.aot:
+        return None
+    progress = TerminalProgress()
+    done = worker_cli.hand_off(args, RenderSettings.from_args(args), RenderRequest.from_args(args), progress)
+    if done is None:
+        return None
+    _print_times(done["times"])
+    print(f"wrote {done['out']}")
+    return 0
+
+
+def _render(args: argparse.Namespace) -> int:
     out = render_cli(args)
     print(f"wrote {out}")
     return 0
 
 
+def _print_times(times: dict[str, float]) -> None:
+    for stage, seconds in times.items():
+        print(f"{stage:>15}: {seconds:7.2f} s")
+
+
 def render_cli(args: argparse.Namespace, stream: TextIO = sys.stderr) -> Path:
     """``python -m ditto_core render``: build the pipeline from checked CLI arguments and run it."""
-    from .model_files import check_model_files
-    from .motion.motion_options import MotionOptions
-    from .pipeline import ONE_CLIP_COMPILE_MIN_FRAMES, DittoPipeline
-    from .precision import network_dtype
-    from .registration.options import RegistrationOptions
+    from .pipeline import ONE_CLIP_COMPILE_MIN_FRAMES
 
     progress = TerminalProgress(stream)
-    registration = RegistrationOptions(detect_face=not args.random_weights)
-    motion_options = MotionOptions(steps=args.steps, seed=args.seed, emo=args.emo, eye_f0_mode=args.eye_lock,
-                                   delta_eye_open_n=args.blinks, sampler_precision=args.lmdm_precision,
-                                   sampler_compile=args.lmdm_compile)
-    # Clips too short to repay a compile render eagerly. With --aot a cached AOT package renders
-    # any clip compiled at once, and a missing one is built after the MP4 (below).
-    common = dict(device=args.device, dtype=network_dtype(args.precision), batch_size=args.batch_size,
-                  compile_min_frames=ONE_CLIP_COMPILE_MIN_FRAMES, warmup="aot_cached" if args.aot else "foreground")
+    settings, request = RenderSettings.from_args(args), RenderRequest.from_args(args)
     with tempfile.TemporaryDirectory(prefix="ditto_") as workdir:
-        if args.random_weights:
+        if settings.random_weights:
             log.warning("random weights: every stage runs, but the video shows noise, not a face")
             progress.status("building random networks")
-            pipeline = DittoPipeline.random(Path(workdir), seed=args.seed, **common)
         else:
-            check_model_files(args.models, registration.detect_face)  # every missing file named, nothing loaded
             progress.status(f"loading the models from {args.models}")
-            cache_dir = args.cache_dir or Path(args.models) / "cache"
-            pipeline = DittoPipeline.from_model_dir(args.models, cache_dir=cache_dir, **common)
+        # Clips too short to repay a compile render eagerly. With --aot a cached AOT package renders
+        # any clip compiled at once, and a missing one is built after the MP4 (below).
+        pipeline = settings.build_pipeline(Path(workdir), compile_min_frames=ONE_CLIP_COMPILE_MIN_FRAMES,
+                                           warmup="aot_cached" if args.aot else "foreground")
         pipeline.start_warmup()  # the eager path primed while the avatar, audio and motion are made
         engine = pipeline.engine()
         progress.compiling = engine.will_compile
-        out = pipeline.run(args.image, args.audio, args.out, registration, motion_options, crf=args.crf,
-                           preset=args.preset, max_seconds=args.max_seconds, progress=progress,
-                           status=progress.status, encoders=args.encoders)
-    for stage, seconds in pipeline.times.seconds.items():
-        print(f"{stage:>15}: {seconds:7.2f} s")
+        out = request.run(pipeline, settings.detect_face, progress=progress, status=progress.status)
+    _print_times(pipeline.times.seconds)
     if args.aot:
         from .render.aot_build import build_in_background
 
-        build_in_background(engine, None if args.random_weights else Path(args.models), args.seed, progress.status)
+        build_in_background(engine, settings.models, args.seed, progress.status)
     return out
 
 
@@ -347,15 +373,19 @@ def _add_batch(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
-    live_server.add_parser(sub)
-    sub.choices["serve"].set_defaults(run=live_server.run)
+    live_cli.add_parser(sub)
+
+
+def _add_worker(sub: argparse._SubParsersAction) -> None:
+    worker_cli.add_parser(sub, add_pipeline_flags)
+    sub.choices["worker"].set_defaults(check=check_pipeline_flags)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m ditto_core", description=__doc__,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_render, _add_download, _add_convert, _add_serve, _add_batch):
+    for add in (_add_render, _add_download, _add_convert, _add_serve, _add_batch, _add_worker):
         add(sub)
     return parser
 
@@ -366,18 +396,20 @@ def main(argv: Optional[Sequence[str]] = None, exit_fast: bool = False) -> int:
     messages are out, skipping Python's teardown (:mod:`.process_exit`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if hasattr(args, "check"):
-        args.check(args, _subparser(parser, args.command))
-    status = _run_command(args)
+    status = _run_command(args.hand_off, args) if hasattr(args, "hand_off") else None
+    if status is None:  # not handed to a warm worker: this process does the work
+        if hasattr(args, "check"):
+            args.check(args, _subparser(parser, args.command))
+        status = _run_command(args.run, args)
     if exit_fast and getattr(args, "one_shot", False):
         exit_now(status)
     return status
 
 
-def _run_command(args: argparse.Namespace) -> int:
+def _run_command(run: Callable[[argparse.Namespace], Optional[int]], args: argparse.Namespace) -> Optional[int]:
     try:
         with terminate_as_interrupt():  # SIGTERM / SIGHUP clean up as Ctrl-C does
-            return args.run(args)
+            return run(args)
     except DittoError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

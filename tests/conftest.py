@@ -75,6 +75,13 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
+def _no_warm_worker(tmp_path_factory, monkeypatch):
+    """Renders in tests never reach a warm worker the developer may have running (test_worker.py
+    starts its own on sockets of its own)."""
+    monkeypatch.setenv("DITTO_WORKER_SOCKET", str(tmp_path_factory.getbasetemp() / "no_worker" / "worker.sock"))
+
+
+@pytest.fixture(autouse=True)
 def _exact_float32():
     """Parity is defined in strict fp32: no TF32 anywhere, whatever a test did before."""
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -98,7 +98,7 @@ def test_emotions_by_name_or_number(inputs):
 def test_every_flag_has_help():
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(sub.choices) == {"render", "download", "convert-weights", "serve", "batch"}
+    assert set(sub.choices) == {"render", "download", "convert-weights", "serve", "batch", "worker"}
     for name, command in sub.choices.items():
         for action in command._actions:
             if not isinstance(action, argparse._HelpAction):

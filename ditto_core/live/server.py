@@ -40,7 +40,6 @@ from typing import Any, Optional
 
 from ..audio.loading import check_sample_rate
 from ..errors import DittoError, InputError
-from ..precision import NETWORK_PRECISIONS
 from ..motion.motion_options import MotionOptions
 from ..registration.source_info import SourceInfo
 from .runtime import BackpressureError, CapacityError, LiveFrame, LiveRuntime, RuntimeStopped, StreamConfig
@@ -493,26 +492,6 @@ def create_app(avatars: LiveAvatars, token: Optional[str] = None, limits: Limits
 
 
 # -- CLI ------------------------------------------------------------------------------------
-
-
-def add_parser(subparsers) -> None:
-    """``python -m ditto_core serve``."""
-    p = subparsers.add_parser("serve", help="live avatar server (WebSocket; browser page at /ditto/live)")
-    p.add_argument("--avatar", action="append", default=[], metavar="ID=IMAGE",
-                   help="register a portrait (or a short video) under ID; repeatable")
-    p.add_argument("--models", type=Path, default=Path("models/ditto"), help="folder with the official Ditto files")
-    p.add_argument("--random-weights", action="store_true",
-                   help="random networks, no face detector, stand-in HuBERT (protocol tests; the video is noise)")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
-    p.add_argument("--port", type=int, default=8765, help="port to listen on (default: 8765)")
-    p.add_argument("--token", default=None, help="secret clients must send (?token=...); required off loopback")
-    p.add_argument("--max-streams", type=int, default=4, help="live streams admitted at once (bench_live.py "
-                                                              "measures what a device sustains)")
-    p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda when available)")
-    p.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp16",
-                   help="image networks' precision (fp16: the fast path)")
-    p.add_argument("--no-compile", action="store_true", help="run warp+decode eagerly")
-    p.add_argument("--cache-dir", type=Path, default=None, help="avatar cache folder (default: next to --models)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,16 +18,10 @@ from torch import Tensor
 from ..errors import InputError
 from ..models.keypoints import NUM_KP
 from ..precision import LMDM_PRECISION_CHOICES
-
-NUM_EMOTIONS = 8
-EMOTIONS = ("angry", "disgust", "fear", "happy", "neutral", "sad", "surprise", "contempt")
-"""Emotion labels in the order of the LMDM's 8-wide emotion condition."""
+from .option_values import EMOTIONS, MAX_STEPS, NUM_EMOTIONS
 
 LMDM_WINDOW = 80
 """Frames per LMDM window: the released model's fixed sequence length."""
-
-MAX_STEPS = 1000
-"""DDIM steps cannot exceed the 1000-step training schedule."""
 
 MAX_POSE_OFFSET = 60.0
 """Largest head-pose offset, in degrees either way: a still portrait cannot show a head turned

@@ -418,6 +418,18 @@ class WarpDecodeEngine(nn.Module):
         self.warmup = self.stats.warmup = "foreground"
         self._step = self._compiled("foreground")
 
+    def compiled_ready(self, shared_volume: bool = True) -> bool:
+        """Whether an image source's (``shared_volume``) or a video source's batches run compiled
+        now, waiting for no compile."""
+        if not self.stats.compiled:
+            return False
+        if self._aot:
+            return any(package is not None for package in self._packages.values())
+        if self.warmup == "background":
+            warm = self._warmups.get((shared_volume, self.batch_size))
+            return warm is not None and warm.ready.is_set() and warm.error is None
+        return self._compiled_before(shared_volume)
+
     def will_compile(self, frames: int) -> bool:
         """Whether rendering a ``frames``-long clip now makes the caller wait for a compile."""
         return (self.stats.compiled and self.warmup == "foreground" and self.stats.compile_seconds is None

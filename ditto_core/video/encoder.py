@@ -41,12 +41,11 @@ from torch import Tensor
 from ..atomic_files import Writeback, discard, disk_full_error, publish, temp_sibling
 from ..errors import DittoError, InputError
 from .colour import pad_to_even, rgb_to_yuv420p, tag_bt709
+from .x264_presets import X264_PRESETS
 
 Waveform = Union[np.ndarray, Tensor]
 PathLike = Union[str, os.PathLike]
 
-X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
-"""libx264's speed/size presets, fastest first."""
 
 SEGMENT_FORMAT_VERSION = 1
 

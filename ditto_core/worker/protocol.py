@@ -1,0 +1,108 @@
+"""Where a warm worker listens and how a client talks to it. Imports neither torch nor the pipeline.
+
+The worker listens on a Unix socket in a folder only its user can enter (``$XDG_RUNTIME_DIR``,
+else the user cache), and checks each client's user id, so no other account on the machine can
+hand it a job (which names files it writes). Messages are JSON objects, one a line, at most
+:data:`MAX_MESSAGE_BYTES`:
+
+* client -> ``{"type": "job", "code": ..., "settings": {...}, "request": {...}}``
+  (:class:`~ditto_core.render_request.RenderSettings`, :class:`~ditto_core.render_request.RenderRequest`);
+  later only ``{"type": "cancel"}`` (or closing the connection, which cancels too);
+* worker -> ``{"type": "refused", "why": ...}`` (not its settings or code: the client renders
+  itself), or ``{"type": "queued", "ahead": n}``, ``{"type": "accepted", "pid": n}``, then any
+  number of ``{"type": "status", "text": ...}`` and ``{"type": "progress", "done": i, "total": n}``,
+  and last ``{"type": "done", "out": path, "times": {stage: seconds}}`` or
+  ``{"type": "error", "kind": "input" | "cancelled" | "failed", "message": ...}``;
+* client -> ``{"type": "info"}``: worker -> ``{"type": "info", "pid", "settings", "jobs", "busy",
+  "engine": "compiled" | "compiling" | "eager", "idle_s"}``; client -> ``{"type": "stop"}``: the worker finishes its job and exits.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import stat
+from pathlib import Path
+from typing import Any, BinaryIO, Optional
+
+from ..errors import InputError
+from ..user_cache import user_cache_dir
+
+MAX_MESSAGE_BYTES = 1 << 16
+SOCKET_NAME = "worker.sock"
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+class ProtocolError(Exception):
+    """The other side sent something that is not a message of this protocol."""
+
+
+def default_socket() -> Path:
+    """``$DITTO_WORKER_SOCKET``, else ``worker.sock`` in a private folder of this user."""
+    if os.environ.get("DITTO_WORKER_SOCKET"):
+        return Path(os.environ["DITTO_WORKER_SOCKET"])
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    folder = Path(runtime) / "comfyui-ditto" if runtime and os.path.isdir(runtime) else user_cache_dir("worker")
+    return folder / SOCKET_NAME
+
+
+def supported() -> bool:
+    return hasattr(socket, "AF_UNIX") and hasattr(os, "getuid")
+
+
+def private_folder(path: Path, create: bool) -> Path:
+    """``path``'s folder, checked to be this user's alone (created so when ``create``)."""
+    folder = path.parent
+    if create:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = folder.stat()
+    if info.st_uid != os.getuid() or info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise InputError(f"worker socket folder {folder} must belong to you alone (owner {info.st_uid}, mode "
+                         f"{stat.S_IMODE(info.st_mode):o}); run `chmod 700 {folder}` or pass another --socket")
+    return folder
+
+
+def code_identity() -> str:
+    """Fingerprint of this ditto_core's source files (names, sizes, times): a worker started before
+    the code changed refuses jobs from the new code instead of serving them with the old."""
+    digest = hashlib.sha256()
+    for path in sorted(_PACKAGE.rglob("*.py")):
+        info = path.stat()
+        digest.update(f"{path.relative_to(_PACKAGE)}:{info.st_size}:{info.st_mtime_ns};".encode())
+    return digest.hexdigest()
+
+
+def send(connection: socket.socket, message: dict[str, Any]) -> None:
+    data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"message of {len(data)} bytes is over the {MAX_MESSAGE_BYTES}-byte limit")
+    connection.sendall(data)
+
+
+def receive(reader: BinaryIO) -> Optional[dict[str, Any]]:
+    """The next message, or None when the other side has closed the connection."""
+    line = reader.readline(MAX_MESSAGE_BYTES + 1)
+    if not line:
+        return None
+    if not line.endswith(b"\n"):
+        if len(line) > MAX_MESSAGE_BYTES:
+            raise ProtocolError(f"message over the {MAX_MESSAGE_BYTES}-byte limit")
+        return None  # the connection closed in the middle of a message
+    try:
+        message = json.loads(line)
+    except ValueError as error:
+        raise ProtocolError(f"not JSON: {error}") from None
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise ProtocolError("a message is a JSON object with a string 'type'")
+    return message
+
+
+def peer_uid(connection: socket.socket) -> Optional[int]:
+    """The connected process's user id (Linux), None where the system cannot say."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return None
+    import struct
+
+    credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", credentials)[1]

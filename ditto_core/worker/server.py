@@ -1,0 +1,292 @@
+"""The warm worker: one pipeline kept loaded, serving the render command's clips one at a time.
+
+``python -m ditto_core worker`` loads the models once, starts the engine's compile in the
+background and listens on its socket (:mod:`.protocol`). Each job is the render command's
+:class:`~ditto_core.render_request.RenderRequest`, run exactly as the command would run it in
+its own process, with the same settings (a job for other settings, another version of the
+code or model files that changed since they were loaded is refused, and its client renders
+itself). Jobs queue and run one at a time; a client that cancels or disconnects stops its job
+at the next stage or batch, and the writer deletes what it had written. The worker exits after
+``idle_s`` without a job, on ``stop``, or on SIGINT/SIGTERM (the job in progress is cancelled
+and cleaned up first), removing its socket.
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import socket
+import threading
+import time
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from ..errors import DittoError, InputError, Interrupted
+from ..render_request import RenderRequest, RenderSettings
+from . import protocol
+
+log = logging.getLogger(__name__)
+
+ACCEPT_POLL_S = 0.5  # how often the accept loop looks at the idle clock and the stop flag
+STOP_WAIT_S = 60.0  # how long a stopping worker waits for its job to unwind
+
+
+class Worker:
+    """Serves jobs for ``settings`` on ``pipeline`` from a bound, listening socket."""
+
+    def __init__(self, settings: RenderSettings, pipeline: Any, listener: socket.socket,
+                 idle_s: Optional[float] = None) -> None:
+        self.settings, self.pipeline, self.listener = settings, pipeline, listener
+        self.idle_s = idle_s  # None: never exit for idleness
+        self.jobs = 0  # jobs finished (successfully or not)
+        self._engine = pipeline.engine()  # the one every job renders with
+        self._code = protocol.code_identity()
+        self._model_files = _model_file_stats(settings)
+        self._job_lock = threading.Lock()
+        self._state = threading.Lock()  # guards the counters and the set of running cancels
+        self._waiting = 0
+        self._cancels: set[threading.Event] = set()
+        self._threads: set[threading.Thread] = set()
+        self._stop = threading.Event()
+        self._last_activity = time.monotonic()
+
+    # -- accept loop ------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Accept clients until stopped or idle for ``idle_s``; on an interrupt, cancel and wait."""
+        self.listener.settimeout(ACCEPT_POLL_S)
+        try:
+            while not self._stop.is_set() and not self._idle_expired():
+                try:
+                    connection, _ = self.listener.accept()
+                except socket.timeout:
+                    continue
+                thread = threading.Thread(target=self._connection, args=(connection,), daemon=True,
+                                          name="ditto-worker-client")
+                with self._state:
+                    self._threads.add(thread)
+                thread.start()
+        finally:
+            self.stop(cancel=True)
+            self.listener.close()
+            for thread in list(self._threads):
+                thread.join(STOP_WAIT_S)
+
+    def stop(self, cancel: bool = False) -> None:
+        self._stop.set()
+        if cancel:
+            with self._state:
+                for event in self._cancels:
+                    event.set()
+
+    def _idle_expired(self) -> bool:
+        with self._state:
+            busy = self._waiting > 0 or self._job_lock.locked()
+        if busy:
+            self._last_activity = time.monotonic()
+        return self.idle_s is not None and time.monotonic() - self._last_activity > self.idle_s
+
+    # -- one client -------------------------------------------------------------------------
+
+    def _connection(self, connection: socket.socket) -> None:
+        try:
+            with connection, connection.makefile("rb") as reader:
+                uid = protocol.peer_uid(connection)
+                if uid is not None and uid != os.getuid():
+                    log.warning("refused a client of user %d", uid)
+                    return
+                message = protocol.receive(reader)
+                if message is None:
+                    return
+                if message["type"] == "info":
+                    protocol.send(connection, self.info())
+                elif message["type"] == "stop":
+                    protocol.send(connection, {"type": "stopping", "pid": os.getpid()})
+                    self.stop()
+                elif message["type"] == "job":
+                    self._job(connection, reader, message)
+                else:
+                    protocol.send(connection, {"type": "error", "kind": "input",
+                                               "message": f"unknown message type {message['type']!r}"})
+        except (OSError, protocol.ProtocolError) as error:
+            log.info("client connection ended: %s", error)
+        finally:
+            with self._state:
+                self._threads.discard(threading.current_thread())
+
+    def info(self) -> dict[str, Any]:
+        return {"type": "info", "pid": os.getpid(), "settings": self.settings.to_json(), "jobs": self.jobs,
+                "busy": self._job_lock.locked(), "waiting": self._waiting,
+                "engine": _engine_state(self._engine),
+                "idle_s": round(time.monotonic() - self._last_activity, 1)}
+
+    def _refusal(self, message: dict[str, Any]) -> Optional[str]:
+        if self._stop.is_set():
+            return "it is stopping"
+        if message.get("code") != self._code:
+            return "it runs another version of ditto_core; stop it (worker --stop) to use this one"
+        try:
+            settings = RenderSettings.from_json(message.get("settings"))
+        except InputError as error:
+            return str(error)
+        if settings != self.settings:
+            differ = [k for k, v in settings.to_json().items() if self.settings.to_json()[k] != v]
+            return f"it was started with other {', '.join(differ)}"
+        if _model_file_stats(self.settings) != self._model_files:
+            self.stop()  # its networks are not what the folder holds any more
+            return "the model files changed since it loaded them; it exits"
+        return None
+
+    def _job(self, connection: socket.socket, reader, message: dict[str, Any]) -> None:
+        why = self._refusal(message)
+        if why is not None:
+            protocol.send(connection, {"type": "refused", "why": why})
+            return
+        try:
+            request = RenderRequest.from_json(message.get("request"))
+        except InputError as error:
+            protocol.send(connection, {"type": "error", "kind": "input", "message": str(error)})
+            return
+        cancel = threading.Event()
+        threading.Thread(target=_watch_for_cancel, args=(reader, cancel), daemon=True,
+                         name="ditto-worker-cancel").start()
+        with self._turn(connection, cancel):
+            if cancel.is_set():
+                protocol.send(connection, {"type": "error", "kind": "cancelled", "message": "cancelled while queued"})
+                return
+            protocol.send(connection, {"type": "accepted", "pid": os.getpid()})
+            protocol.send(connection, self._run(connection, request, cancel))
+
+    @contextmanager
+    def _turn(self, connection: socket.socket, cancel: threading.Event) -> Iterator[None]:
+        """Wait for the pipeline (one job at a time), telling the client how many are ahead; the
+        body runs holding it, or without it (``cancel`` set) when the client gave up waiting."""
+        with self._state:
+            ahead = self._waiting + int(self._job_lock.locked())
+            self._waiting += 1
+            self._cancels.add(cancel)
+        acquired = False
+        try:
+            if ahead:
+                protocol.send(connection, {"type": "queued", "ahead": ahead})
+            while not cancel.is_set() and not acquired:
+                acquired = self._job_lock.acquire(timeout=ACCEPT_POLL_S)
+            with self._state:
+                self._waiting -= 1
+            yield
+        finally:
+            if acquired:
+                self._last_activity = time.monotonic()
+                self._job_lock.release()
+            with self._state:
+                self._cancels.discard(cancel)
+
+    def _run(self, connection: socket.socket, request: RenderRequest, cancel: threading.Event) -> dict[str, Any]:
+        """Run one job; the message that ends it."""
+        def check() -> None:
+            if cancel.is_set():
+                raise Interrupted("cancelled by its client")
+
+        def status(text: str) -> None:
+            check()
+            protocol.send(connection, {"type": "status", "text": text})
+
+        def progress(done: int, total: int) -> None:
+            check()
+            protocol.send(connection, {"type": "progress", "done": done, "total": total})
+
+        start = time.perf_counter()
+        self.pipeline.times.seconds.clear()
+        try:
+            out = request.run(self.pipeline, self.settings.detect_face, progress=progress, status=status)
+            log.info("wrote %s in %.2f s", out, time.perf_counter() - start)
+            return {"type": "done", "out": str(out), "seconds": time.perf_counter() - start,
+                    "times": dict(self.pipeline.times.seconds)}
+        except Interrupted as error:
+            return {"type": "error", "kind": "cancelled", "message": str(error)}
+        except DittoError as error:
+            return {"type": "error", "kind": "input", "message": str(error)}
+        except OSError as error:  # the client went away mid-send: its job is over
+            if cancel.is_set() or isinstance(error, (BrokenPipeError, ConnectionResetError)):
+                return {"type": "error", "kind": "cancelled", "message": "the client disconnected"}
+            log.error("job failed:\n%s", traceback.format_exc())
+            return {"type": "error", "kind": "failed", "message": f"{type(error).__name__}: {error}"}
+        except Exception as error:  # a bug or a library failure: the job fails, the worker decides whether to go on
+            log.error("job failed:\n%s", traceback.format_exc())
+            if _device_is_broken(error):
+                self.stop()
+            return {"type": "error", "kind": "failed", "message": f"{type(error).__name__}: {error} (the worker's log "
+                                                                   "has the traceback)"}
+        finally:
+            self.jobs += 1
+
+
+def _engine_state(engine: Any) -> str:
+    """"compiled" (clips render compiled), "compiling" (eagerly until the graph is ready) or "eager"."""
+    if engine.compiled_ready():
+        return "compiled"
+    return "compiling" if engine.stats.compiled else "eager"
+
+
+def _watch_for_cancel(reader, cancel: threading.Event) -> None:
+    """Set ``cancel`` when the client sends ``cancel`` or goes away."""
+    try:
+        while (message := protocol.receive(reader)) is not None:
+            if message["type"] == "cancel":
+                break
+    except (OSError, ValueError, protocol.ProtocolError):
+        pass
+    cancel.set()
+
+
+def _device_is_broken(error: BaseException) -> bool:
+    """A CUDA error that leaves the context unusable: later jobs would fail too."""
+    text = str(error)
+    return "CUDA error" in text or "illegal memory access" in text or type(error).__name__ == "AcceleratorError"
+
+
+def _model_file_stats(settings: RenderSettings) -> Optional[list[tuple[str, int, int, int]]]:
+    """Name, size, time and inode of every file in the model folder (replacing one changes them)."""
+    if settings.models is None:
+        return None
+    found = []
+    for path in sorted(settings.models.rglob("*")):
+        if path.is_file() and "cache" not in path.relative_to(settings.models).parts:
+            info = path.stat()
+            found.append((str(path), info.st_size, info.st_mtime_ns, info.st_ino))
+    return found
+
+
+@contextmanager
+def listening(path: Path) -> Iterator[socket.socket]:
+    """A listening socket at ``path``, this user's alone; one worker per path (a lock file says
+    which); the socket file is removed on leaving."""
+    if not protocol.supported():
+        raise InputError("the warm worker needs Unix sockets, which this system lacks; render without it")
+    protocol.private_folder(path, create=True)
+    lock = open(path.with_name(path.name + ".lock"), "a+")
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            raise InputError(f"a worker already serves {path} (pid {lock.read().strip() or '?'}); stop it with "
+                             f"`python -m ditto_core worker --stop --socket {path}` or pass another --socket") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(str(os.getpid()))
+        lock.flush()
+        path.unlink(missing_ok=True)  # a dead worker's (the lock says none is alive)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(str(path))
+            os.chmod(path, 0o600)
+            listener.listen(16)
+            yield listener
+        finally:
+            listener.close()
+            path.unlink(missing_ok=True)
+    finally:
+        lock.close()
