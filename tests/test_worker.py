@@ -24,6 +24,7 @@ from ditto_core.errors import InputError
 from ditto_core.render_request import RenderRequest, RenderSettings
 from ditto_core.worker import client, protocol
 from ditto_core.worker.server import Worker, listening
+from tests.test_signals import _tiny_clip
 
 REPO = Path(__file__).resolve().parents[1]
 AREA = "warm worker"
@@ -94,6 +95,7 @@ def _request(tmp_path, name="talk.mp4", **options) -> RenderRequest:
     image, audio = tmp_path / "portrait.png", tmp_path / "speech.wav"
     image.write_bytes(b"png")
     audio.write_bytes(b"wav")
+    (tmp_path / "out").mkdir(exist_ok=True)
     return RenderRequest(image=image, audio=audio, out=tmp_path / "out" / name, **options)
 
 
@@ -114,7 +116,6 @@ def _hand_off(path, request, settings=SETTINGS, on_progress=None):
                                    "status and progress report and gets the MP4's path and stage times")
 def test_a_job_is_rendered_by_the_worker_with_its_options(worker, tmp_path):
     path, _, pipeline = worker
-    (tmp_path / "out").mkdir()
     request = _request(tmp_path, steps=7, seed=11, crf=23, preset="superfast", max_seconds=1.5)
     done, statuses, progress = _hand_off(path, request)
     assert done["out"] == str(request.out) and request.out.read_bytes() == b"frames"
@@ -153,7 +154,6 @@ def test_a_worker_for_other_settings_or_code_refuses_and_the_caller_renders(work
                                    "client exits; the worker serves the next job")
 def test_an_interrupted_client_cancels_its_job_and_nothing_is_left(worker, tmp_path):
     path, w, pipeline = worker
-    (tmp_path / "out").mkdir()
     request = _request(tmp_path)
     pipeline.batches = threading.Semaphore(2)  # the job waits at its third batch until the cancel is in
 
@@ -173,7 +173,6 @@ def test_an_interrupted_client_cancels_its_job_and_nothing_is_left(worker, tmp_p
 
 def test_a_cancel_that_comes_after_the_mp4_is_done_reports_the_mp4(worker, tmp_path):
     path, _, pipeline = worker
-    (tmp_path / "out").mkdir()
     request = _request(tmp_path)
 
     def interrupt(done, total):
@@ -189,7 +188,6 @@ def test_a_cancel_that_comes_after_the_mp4_is_done_reports_the_mp4(worker, tmp_p
                          behaviour="the worker cancels the job at its next batch; no MP4 and no temporary remain")
 def test_a_client_that_disconnects_cancels_its_job(worker, tmp_path):
     path, w, pipeline = worker
-    (tmp_path / "out").mkdir()
     request = _request(tmp_path)
     pipeline.batches = threading.Semaphore(1)  # the job waits at its second batch
     connection = client.connect(path)
@@ -213,7 +211,6 @@ def test_a_client_that_disconnects_cancels_its_job(worker, tmp_path):
                                    "MP4s complete")
 def test_jobs_queue_one_at_a_time(worker, tmp_path):
     path, w, pipeline = worker
-    (tmp_path / "out").mkdir()
     pipeline.batches = threading.Semaphore(0)  # the first job waits at its first batch
     results = {}
 
@@ -247,7 +244,6 @@ def test_jobs_queue_one_at_a_time(worker, tmp_path):
 
 def test_a_failed_job_is_reported_and_the_worker_goes_on(worker, tmp_path):
     path, w, pipeline = worker
-    (tmp_path / "out").mkdir()
     pipeline.fail = InputError("speech.wav: no audio stream; give a file with speech")
     with pytest.raises(client.WorkerError) as caught:
         _hand_off(path, _request(tmp_path))
@@ -341,7 +337,6 @@ def test_changed_model_files_make_the_worker_refuse_and_exit(tmp_path):
         thread.start()
         (models / "cache").mkdir()  # the avatar cache growing is no change of the models
         (models / "cache" / "avatar.safetensors").write_bytes(b"cached")
-        (tmp_path / "out").mkdir()
         assert _hand_off(path, _request(tmp_path), settings)[0] is not None
         (models / "decoder.pth").write_bytes(b"new download")
         done, statuses, _ = _hand_off(path, _request(tmp_path, "b.mp4"), settings)
@@ -375,18 +370,6 @@ def test_a_started_worker_loads_the_settings_of_the_render_that_started_it(setti
 
 
 # -- the real commands --------------------------------------------------------------------------
-
-
-def _tiny_clip(folder: Path) -> tuple[Path, Path]:
-    import numpy as np
-    import soundfile as sf
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    image, audio = folder / "portrait.png", folder / "speech.wav"
-    Image.fromarray((rng.random((96, 96, 3)) * 255).astype(np.uint8)).save(image)
-    sf.write(audio, 0.1 * rng.standard_normal(16000).astype(np.float32), 16000)
-    return image, audio
 
 
 RENDER_WITHOUT_TORCH = """
