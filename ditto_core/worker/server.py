@@ -12,7 +12,6 @@ and cleaned up first), removing its socket.
 """
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import socket
@@ -265,6 +264,8 @@ def listening(path: Path) -> Iterator[socket.socket]:
     which); the socket file is removed on leaving."""
     if not protocol.supported():
         raise InputError("the warm worker needs Unix sockets, which this system lacks; render without it")
+    import fcntl  # POSIX only, as the sockets are
+
     protocol.private_folder(path, create=True)
     lock = open(path.with_name(path.name + ".lock"), "a+")
     try:
