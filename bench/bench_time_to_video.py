@@ -75,10 +75,6 @@ def _child(args: argparse.Namespace) -> None:
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[args.precision]
     start = time.time()
     engine_warmup, suffixes = parse_variant(args.warmup)
-    if "-tritonhash" in suffixes:  # as before session 18: Triton hashes its installation in each process
-        from ditto_core.user_cache import user_cache_dir
-
-        (user_cache_dir("triton") / "triton_key.json").unlink(missing_ok=True)
     ahead = "-ahead" in suffixes
     motion_options = MotionOptions(steps=args.steps, sampler_precision="fp32" if "-lmdmfp32" in suffixes else "auto")
     warmup, min_frames = {"background": ("background", 0), "foreground": ("foreground", 0),
@@ -128,7 +124,6 @@ VARIANT_SUFFIXES = {
     "-lmdmfp32": "the LMDM sampled in fp32, the default before 'auto' (tf32 beside half-precision networks)",
     "-noprime": "the engine's eager path not primed while the clip is prepared (before session 16)",
     "-prime1": "the engine's eager path primed at the first batch's shape only, not a full batch's too",
-    "-tritonhash": "Triton's installation key hashed anew in each process, not read from the user cache (before session 18)",
 }
 
 

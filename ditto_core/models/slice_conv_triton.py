@@ -30,10 +30,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ..triton_key import keep_triton_key
 from .triton_operators import traceable, triton_operator
-
-keep_triton_key()  # Triton's installation key from the user's cache, not hashed anew (triton_key.py)
 
 __all__ = ["CONFIGS", "best_tile", "pack_weight", "slice_conv_nhwc", "tile_config"]
 

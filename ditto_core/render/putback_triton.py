@@ -15,10 +15,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ..triton_key import keep_triton_key
 from .putback_geometry import inverse_affine, paste_bounds
-
-keep_triton_key()  # Triton's installation key from the user's cache, not hashed anew (triton_key.py)
 
 # Flat 2 x 256 tiles (768 contiguous bytes a row) measured fastest on an H200 at 1080p:
 # 21.5 us/frame against 55 for 8 x 128 and 9.7 for a bare frame copy. Short tiles keep

@@ -14,10 +14,6 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ..triton_key import keep_triton_key
-
-keep_triton_key()  # Triton's installation key from the user's cache, not hashed anew (triton_key.py)
-
 # 2x2 blocks per program along a row pair: 512 pixels, 1.5 KiB of RGB a row.
 _BLOCK = 256
 _NUM_WARPS = 4
