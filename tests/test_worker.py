@@ -303,6 +303,23 @@ def test_one_worker_per_socket(worker):
     assert client.ask(path, {"type": "info"}) is not None
 
 
+@pytest.mark.reliability(area=AREA, case="two `render --worker start` at once (two workers started for one socket)",
+                         behaviour="the second worker stops at once (the socket's lock is taken before any model "
+                                   "loads) and its render waits for the first worker, which serves both")
+def test_a_start_beside_a_starting_worker_waits_for_it(tmp_path):
+    path = tmp_path / "run" / "w.sock"
+    with listening(path) as listener:  # a worker still loading its models: it holds the socket, answers nothing yet
+        w = Worker(SETTINGS, StandInPipeline(), listener)
+        serving = threading.Timer(4.0, w.serve)  # ... until its models are loaded
+        serving.start()
+        try:
+            log = client.start_worker(path, SETTINGS, idle_minutes=1, wait_s=120)
+        finally:
+            w.stop()
+            serving.join(10)
+    assert "a worker already serves" in log.read_text()  # the one started here gave way
+
+
 @pytest.mark.reliability(area=AREA, case="the worker's socket folder can be entered by other users",
                          behaviour="neither the worker nor a client uses it; the message names the folder and "
                                    "`chmod 700`")

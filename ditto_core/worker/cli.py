@@ -78,19 +78,20 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     settings = RenderSettings.from_args(args)
     path = args.socket or protocol.default_socket()
-    with tempfile.TemporaryDirectory(prefix="ditto_worker_") as workdir:
+    # The socket is taken before the models load: a second worker for it stops at once, and a
+    # render arriving meanwhile waits for this one rather than loading the models itself.
+    with listening(path) as listener, tempfile.TemporaryDirectory(prefix="ditto_worker_") as workdir:
         # A worker serves many clips: the engine compiles once, in the background from the start,
         # and clips render eagerly until its graph is ready (the render command's own process
         # compiles only for long clips).
         pipeline = settings.build_pipeline(Path(workdir), warmup="background")
         pipeline.start_warmup()
-        with listening(path) as listener:
-            print(f"worker {path} ready (pid {os.getpid()}); models {settings.models or 'random'}, "
-                  f"{settings.precision} on {pipeline.device}", flush=True)
-            try:
-                Worker(settings, pipeline, listener, idle_s=args.idle_minutes * 60 or None).serve()
-            except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the job in progress was cancelled and cleaned up
-                print(f"worker stopped ({stop or 'Ctrl-C'})", flush=True)
-                return exit_status(stop)
+        print(f"worker {path} ready (pid {os.getpid()}); models {settings.models or 'random'}, "
+              f"{settings.precision} on {pipeline.device}", flush=True)
+        try:
+            Worker(settings, pipeline, listener, idle_s=args.idle_minutes * 60 or None).serve()
+        except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the job in progress was cancelled and cleaned up
+            print(f"worker stopped ({stop or 'Ctrl-C'})", flush=True)
+            return exit_status(stop)
     print("worker stopped", flush=True)
     return 0

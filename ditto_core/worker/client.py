@@ -58,14 +58,20 @@ def connect(path: Path) -> Optional[socket.socket]:
     return connection
 
 
-def ask(path: Path, message: dict[str, Any]) -> Optional[dict[str, Any]]:
-    """One question (``info``, ``stop``) and its answer; None when no worker listens at ``path``."""
+def ask(path: Path, message: dict[str, Any], timeout: Optional[float] = None) -> Optional[dict[str, Any]]:
+    """One question (``info``, ``stop``) and its answer; None when no worker listens at ``path``
+    or none answered within ``timeout`` seconds (a worker still loading its models answers
+    once they are loaded)."""
     connection = connect(path)
     if connection is None:
         return None
     with connection, connection.makefile("rb") as reader:
-        protocol.send(connection, message)
-        return protocol.receive(reader)
+        connection.settimeout(timeout)
+        try:
+            protocol.send(connection, message)
+            return protocol.receive(reader)
+        except socket.timeout:
+            return None
 
 
 def hand_off(
@@ -146,14 +152,24 @@ def start_worker(path: Path, settings: RenderSettings, idle_minutes: float, wait
                                    start_new_session=True)  # Ctrl-C in this terminal does not stop it
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        if process.poll() is not None:
+        if ask(path, {"type": "info"}, timeout=1.0) is not None:  # answered once its models are loaded
+            return log
+        if process.poll() is not None and not _lock_holder_alive(path):
+            # (one started beside it by another render holding the socket: that one is waited for)
             raise InputError(f"the warm worker exited ({process.returncode}) before it was ready; its log: {log}\n"
                              + _tail(log))
-        answer = ask(path, {"type": "info"})
-        if answer is not None and answer.get("pid") == process.pid:
-            return log
         time.sleep(0.1)
     raise InputError(f"the warm worker was not ready after {wait_s:.0f} s; its log: {log}")
+
+
+def _lock_holder_alive(path: Path) -> bool:
+    """Whether the process named in the socket's lock file (the worker holding it) is alive."""
+    try:
+        pid = int(path.with_name(path.name + ".lock").read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def settings_flags(settings: RenderSettings) -> list[str]:

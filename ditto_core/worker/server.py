@@ -289,5 +289,6 @@ def listening(path: Path) -> Iterator[socket.socket]:
         finally:
             listener.close()
             path.unlink(missing_ok=True)
+            lock.truncate(0)  # no pid left behind for a later process to mistake for a live worker
     finally:
         lock.close()
