@@ -242,6 +242,24 @@ def test_jobs_queue_one_at_a_time(worker, tmp_path):
     assert [r["image"] for r in pipeline.requests] == [tmp_path / "portrait.png"] * 2 and w.jobs == 2
 
 
+@pytest.mark.reliability(area=AREA, case="the worker is stopped (SIGTERM, Ctrl-C) while it renders a clip",
+                         behaviour="the clip stops at its next batch, its partial MP4 is deleted, and the render "
+                                   "command reports that the worker stopped and nothing was written")
+def test_a_worker_stopped_mid_clip_reports_it_and_leaves_nothing(worker, tmp_path):
+    path, w, pipeline = worker
+    pipeline.batches = threading.Semaphore(1)
+    request = _request(tmp_path)
+
+    def stop_the_worker(done, total):
+        w.stop(cancel=True)  # what its SIGTERM does
+        pipeline.batches.release()
+
+    with pytest.raises(client.WorkerError) as caught:
+        _hand_off(path, request, on_progress=stop_the_worker)
+    assert caught.value.kind == "cancelled" and "the warm worker was stopped before talk.mp4" in str(caught.value)
+    assert list(request.out.parent.iterdir()) == []
+
+
 def test_a_failed_job_is_reported_and_the_worker_goes_on(worker, tmp_path):
     path, w, pipeline = worker
     pipeline.fail = InputError("speech.wav: no audio stream; give a file with speech")

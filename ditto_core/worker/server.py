@@ -186,7 +186,8 @@ class Worker:
         """Run one job; the message that ends it."""
         def check() -> None:
             if cancel.is_set():
-                raise Interrupted("cancelled by its client")
+                raise Interrupted(f"the warm worker was stopped before {request.out.name} was finished; nothing was "
+                                  "written. Run the render again" if self._stop.is_set() else "cancelled by its client")
 
         def status(text: str) -> None:
             check()
