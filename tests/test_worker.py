@@ -299,6 +299,15 @@ def test_garbage_and_oversized_messages_end_only_their_connection(worker, tmp_pa
     assert client.ask(path, {"type": "info"})["jobs"] == 0
 
 
+def test_a_silent_client_is_dropped(worker, monkeypatch):
+    path, w, _ = worker
+    monkeypatch.setattr("ditto_core.worker.server.FIRST_MESSAGE_S", 0.2)
+    connection = client.connect(path)
+    with connection, connection.makefile("rb") as reader:
+        assert protocol.receive(reader) is None  # closed by the worker, not left waiting
+    assert client.ask(path, {"type": "info"})["type"] == "info"
+
+
 def test_info_and_stop(worker, tmp_path):
     path, w, _ = worker
     info = client.ask(path, {"type": "info"})

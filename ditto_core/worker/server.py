@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 ACCEPT_POLL_S = 0.5  # how often the accept loop looks at the idle clock and the stop flag
 STOP_WAIT_S = 60.0  # how long a stopping worker waits for its job to unwind
+FIRST_MESSAGE_S = 10.0  # how long a new connection may take to send its request
 
 
 class Worker:
@@ -96,7 +97,9 @@ class Worker:
                 if uid is not None and uid != os.getuid():
                     log.warning("refused a client of user %d", uid)
                     return
+                connection.settimeout(FIRST_MESSAGE_S)  # a client that says nothing does not hold a thread
                 message = protocol.receive(reader)
+                connection.settimeout(None)
                 if message is None:
                     return
                 if message["type"] == "info":
