@@ -99,6 +99,21 @@ def _request(tmp_path, name="talk.mp4", **options) -> RenderRequest:
     return RenderRequest(image=image, audio=audio, out=tmp_path / "out" / name, **options)
 
 
+def _release_when_cancelled(w: Worker, pipeline: StandInPipeline) -> threading.Thread:
+    """Let the stand-in's batches go on once the worker has seen its job's cancel (not before:
+    the job would finish first)."""
+    def wait_then_release():
+        deadline = time.monotonic() + 10
+        while not (w._cancels and all(event.is_set() for event in w._cancels)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for _ in range(4):
+            pipeline.batches.release()
+
+    thread = threading.Thread(target=wait_then_release)
+    thread.start()
+    return thread
+
+
 def _hand_off(path, request, settings=SETTINGS, on_progress=None):
     statuses, progress = [], []
 
@@ -159,7 +174,7 @@ def test_an_interrupted_client_cancels_its_job_and_nothing_is_left(worker, tmp_p
 
     def interrupt(done, total):
         if done == 2:
-            threading.Timer(0.3, lambda: [pipeline.batches.release() for _ in range(4)]).start()
+            _release_when_cancelled(w, pipeline)
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
@@ -197,9 +212,7 @@ def test_a_client_that_disconnects_cancels_its_job(worker, tmp_path):
         while protocol.receive(reader)["type"] != "progress":
             pass
     connection.close()
-    time.sleep(0.2)  # the worker notices the closed connection
-    for _ in range(4):
-        pipeline.batches.release()
+    _release_when_cancelled(w, pipeline).join()
     deadline = time.monotonic() + 10
     while w.jobs < 1 and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -258,6 +271,29 @@ def test_a_worker_stopped_mid_clip_reports_it_and_leaves_nothing(worker, tmp_pat
         _hand_off(path, request, on_progress=stop_the_worker)
     assert caught.value.kind == "cancelled" and "the warm worker was stopped before talk.mp4" in str(caught.value)
     assert list(request.out.parent.iterdir()) == []
+
+
+def test_a_clip_queued_when_the_worker_stops_is_told_so(worker, tmp_path):
+    path, w, pipeline = worker
+    pipeline.batches = threading.Semaphore(0)  # the first clip holds the pipeline
+    first = threading.Thread(target=lambda: pytest.raises(client.WorkerError, _hand_off, path, _request(tmp_path)))
+    first.start()
+    deadline = time.monotonic() + 10
+    while not pipeline.requests and time.monotonic() < deadline:
+        time.sleep(0.01)
+    statuses = []
+
+    def stop_when_queued(text):
+        statuses.append(text)
+        if "job(s) ahead" in text:
+            w.stop(cancel=True)
+            for _ in range(4):
+                pipeline.batches.release()
+
+    with pytest.raises(client.WorkerError, match="the warm worker stopped before it took the clip"):
+        client.hand_off(path, SETTINGS, _request(tmp_path, "queued.mp4"), stop_when_queued, lambda done, total: None)
+    first.join(10)
+    assert list((tmp_path / "out").iterdir()) == []
 
 
 def test_a_failed_job_is_reported_and_the_worker_goes_on(worker, tmp_path):
@@ -344,6 +380,9 @@ def test_a_start_beside_a_starting_worker_waits_for_it(tmp_path):
         finally:
             w.stop()
             serving.join(10)
+    deadline = time.monotonic() + 60
+    while "a worker already serves" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert "a worker already serves" in log.read_text()  # the one started here gave way
 
 

@@ -156,7 +156,9 @@ class Worker:
                          name="ditto-worker-cancel").start()
         with self._turn(connection, cancel):
             if cancel.is_set():
-                protocol.send(connection, {"type": "error", "kind": "cancelled", "message": "cancelled while queued"})
+                why = ("the warm worker stopped before it took the clip; nothing was written. Run the render again"
+                       if self._stop.is_set() else "cancelled while queued")
+                protocol.send(connection, {"type": "error", "kind": "cancelled", "message": why})
                 return
             protocol.send(connection, {"type": "accepted", "pid": os.getpid()})
             protocol.send(connection, self._run(connection, request, cancel))
