@@ -103,6 +103,16 @@ def find_config(model_dir: Path | str) -> Optional[Path]:
     return None
 
 
+def render_files(model_dir: Path | str, detect_face: bool = True) -> list[Path]:
+    """Every file under ``model_dir`` a render loads, as found now (missing ones left out): the
+    networks, the face models (with ``detect_face``), HuBERT and the config."""
+    found = [find_network_file(name, model_dir) for name in NETWORK_STEMS]
+    if detect_face:
+        found += [find_aux_file(name, model_dir) for name in AUX_FILES]
+    found += [find_hubert(model_dir), find_config(model_dir)]
+    return [path for path in found if path is not None]
+
+
 def missing_networks_message(names: Iterable[str], model_dir: Path | str) -> str:
     files = ", ".join(f"{NETWORK_STEMS[n]}.pth" for n in names)
     return (

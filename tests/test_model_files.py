@@ -6,7 +6,7 @@ import pytest
 from ditto_core.errors import MissingModelError
 from ditto_core.model_files import (
     AUX_FILES, CONFIG_DIR, CONFIG_FILE, HUBERT_ONNX_NAME, NETWORK_STEMS, aux_download_dir, check_model_files,
-    find_aux_file, find_hubert, find_network_file, missing_downloads,
+    find_aux_file, find_hubert, find_network_file, missing_downloads, render_files,
 )
 
 
@@ -42,6 +42,18 @@ def test_missing_files_are_listed_once_with_the_download_command(tmp_path):
     with pytest.raises(MissingModelError) as caught:
         check_model_files(tmp_path, detect_face=False)
     assert AUX_FILES["face_detector"] not in str(caught.value) and HUBERT_ONNX_NAME in str(caught.value)
+
+
+def test_render_files_are_the_files_a_render_loads(tmp_path):
+    networks = [_touch(tmp_path / f"{stem}.pth") for stem in NETWORK_STEMS.values()]
+    faces = [_touch(tmp_path / "aux_models" / name) for name in AUX_FILES.values()]
+    hubert = _touch(tmp_path / "aux_models" / HUBERT_ONNX_NAME)
+    config = _touch(tmp_path / CONFIG_DIR / CONFIG_FILE)
+    _touch(tmp_path / "cache" / "avatar.safetensors")  # not a model file
+    assert sorted(render_files(tmp_path)) == sorted([*networks, *faces, hubert, config])
+    assert sorted(render_files(tmp_path, detect_face=False)) == sorted([*networks, hubert, config])
+    networks[0].unlink()
+    assert networks[0] not in render_files(tmp_path)
 
 
 def test_download_targets(tmp_path):

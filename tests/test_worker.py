@@ -412,14 +412,14 @@ def test_changed_model_files_make_the_worker_refuse_and_exit(tmp_path):
     models = tmp_path / "models"
     models.mkdir()
     (models / "decoder.pth").write_bytes(b"old")
-    settings = RenderSettings(models=models, device="cpu", cache_dir=models / "cache")
+    settings = RenderSettings(models=models, device="cpu", cache_dir=models / "avatars")
     path = tmp_path / "w.sock"
     with listening(path) as listener:
         w = Worker(settings, StandInPipeline(), listener)
         thread = threading.Thread(target=w.serve)
         thread.start()
-        (models / "cache").mkdir()  # the avatar cache growing is no change of the models
-        (models / "cache" / "avatar.safetensors").write_bytes(b"cached")
+        (models / "avatars").mkdir()  # the avatar cache growing, under any name, is no change of the models
+        (models / "avatars" / "avatar.safetensors").write_bytes(b"cached")
         assert _hand_off(path, _request(tmp_path), settings)[0] is not None
         (models / "decoder.pth").write_bytes(b"new download")
         done, statuses, _ = _hand_off(path, _request(tmp_path, "b.mp4"), settings)

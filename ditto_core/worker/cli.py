@@ -32,10 +32,14 @@ def add_hand_off_flags(p: argparse.ArgumentParser) -> None:
                         "$XDG_RUNTIME_DIR/comfyui-ditto or the user cache)")
 
 
+def _socket(args: argparse.Namespace) -> Path:
+    return args.socket or protocol.default_socket()
+
+
 def hand_off(args: argparse.Namespace, settings: RenderSettings, request: RenderRequest,
              progress: Any) -> Optional[dict[str, Any]]:
     """The worker's ``done`` message for ``request``, or None when this process is to render it."""
-    path = args.socket or protocol.default_socket()
+    path = _socket(args)
     if args.worker == "start" and client.ask(path, {"type": "info"}) is None:
         client.start_worker(path, settings, DEFAULT_IDLE_MINUTES, status=progress.status)
     return client.hand_off(path, settings, request, progress.status, progress)
@@ -61,7 +65,7 @@ def _question(args: argparse.Namespace) -> Optional[int]:
     """``--status`` / ``--stop``: answered without loading anything; None for the worker itself."""
     if not (args.status or args.stop):
         return None
-    path = args.socket or protocol.default_socket()
+    path = _socket(args)
     answer = client.ask(path, {"type": "stop" if args.stop else "info"})
     if answer is None:
         print(f"no worker is running at {path}", file=sys.stderr)
@@ -77,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--idle-minutes must be 0 (never) or more, got {args.idle_minutes:g}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     settings = RenderSettings.from_args(args)
-    path = args.socket or protocol.default_socket()
+    path = _socket(args)
     # The socket is taken before the models load: a second worker for it stops at once, and a
     # render arriving meanwhile waits for this one rather than loading the models itself.
     with listening(path) as listener, tempfile.TemporaryDirectory(prefix="ditto_worker_") as workdir:

@@ -95,7 +95,7 @@ def hand_off(
                     status(f"the warm worker at {path} closed the connection; rendering here")
                     return None
                 if message is None:
-                    raise WorkerError("lost", f"the warm worker{f' (pid {pid})' if pid else ''} stopped before the "
+                    raise WorkerError("lost", f"the warm worker (pid {pid}) stopped before the "
                                               f"video was finished; nothing was written to {request.out}. Run again "
                                               "(--worker off renders in this process)")
                 kind = message["type"]

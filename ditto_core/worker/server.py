@@ -253,15 +253,17 @@ def _device_is_broken(error: BaseException) -> bool:
 
 
 def _model_file_stats(settings: RenderSettings) -> Optional[list[tuple[str, int, int, int]]]:
-    """Name, size, time and inode of every file in the model folder (replacing one changes them)."""
+    """Name, size, time and inode of every model file a render loads (replacing one, or adding
+    one the finders prefer, changes them; the avatar cache growing, wherever it is, does not)."""
     if settings.models is None:
         return None
-    found = []
-    for path in sorted(settings.models.rglob("*")):
-        if path.is_file() and "cache" not in path.relative_to(settings.models).parts:
-            info = path.stat()
-            found.append((str(path), info.st_size, info.st_mtime_ns, info.st_ino))
-    return found
+    from ..model_files import render_files
+
+    stats = []
+    for path in render_files(settings.models, settings.detect_face):
+        info = path.stat()
+        stats.append((str(path), info.st_size, info.st_mtime_ns, info.st_ino))
+    return stats
 
 
 @contextmanager
