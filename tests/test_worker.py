@@ -400,6 +400,15 @@ def test_a_folder_other_users_can_enter_is_refused(tmp_path):
         client.connect(folder / "w.sock")
 
 
+def test_a_socket_path_too_long_for_the_system_is_refused_by_its_flag(tmp_path):
+    path = tmp_path / ("w" * protocol.MAX_SOCKET_PATH_BYTES) / "w.sock"
+    with pytest.raises(InputError, match=r"--socket .* bytes long; a Unix socket's path may have at most"):
+        with listening(path):
+            pass
+    assert not path.parent.exists()  # nothing made
+    assert client.hand_off(path, SETTINGS, _request(tmp_path), print, print) is None  # no worker there: render here
+
+
 def test_an_idle_worker_exits_and_removes_its_socket(tmp_path):
     path = tmp_path / "w.sock"
     start = time.monotonic()

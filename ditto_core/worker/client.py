@@ -37,7 +37,7 @@ class WorkerError(DittoError):
 
 def connect(path: Path) -> Optional[socket.socket]:
     """A connection to the worker at ``path``; None when no worker listens there."""
-    if not protocol.supported():
+    if not protocol.supported() or not protocol.path_fits(path):  # no worker can listen there
         return None
     try:
         protocol.private_folder(path, create=False)

@@ -23,6 +23,7 @@ import json
 import os
 import socket
 import stat
+import sys
 from pathlib import Path
 from typing import Any, BinaryIO, Optional
 
@@ -45,6 +46,14 @@ def default_socket() -> Path:
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     folder = Path(runtime) / "comfyui-ditto" if runtime and os.path.isdir(runtime) else user_cache_dir("worker")
     return folder / SOCKET_NAME
+
+
+# Longest Unix socket path the system takes (sun_path less its terminating NUL: Linux 108, BSDs 104).
+MAX_SOCKET_PATH_BYTES = 107 if sys.platform.startswith("linux") else 103
+
+
+def path_fits(path: Path) -> bool:
+    return len(os.fsencode(path)) <= MAX_SOCKET_PATH_BYTES
 
 
 def supported() -> bool:

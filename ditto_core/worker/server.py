@@ -272,6 +272,9 @@ def listening(path: Path) -> Iterator[socket.socket]:
     which); the socket file is removed on leaving."""
     if not protocol.supported():
         raise InputError("the warm worker needs Unix sockets, which this system lacks; render without it")
+    if not protocol.path_fits(path):
+        raise InputError(f"--socket {path} is {len(os.fsencode(path))} bytes long; a Unix socket's path may have at "
+                         f"most {protocol.MAX_SOCKET_PATH_BYTES}: pass a shorter --socket (or set DITTO_WORKER_SOCKET)")
     import fcntl  # POSIX only, as the sockets are
 
     protocol.private_folder(path, create=True)
