@@ -409,6 +409,18 @@ def test_a_socket_path_too_long_for_the_system_is_refused_by_its_flag(tmp_path):
     assert client.hand_off(path, SETTINGS, _request(tmp_path), print, print) is None  # no worker there: render here
 
 
+@pytest.mark.parametrize("value, reason", [("-1", "must be 0 (never) or a positive number of minutes"),
+                                           ("nan", "must be 0 (never) or a positive number of minutes"),
+                                           ("soon", "is not a number of minutes")])
+def test_a_bad_idle_time_is_refused_by_its_flag(capsys, value, reason):
+    from ditto_core.__main__ import main
+
+    with pytest.raises(SystemExit) as caught:
+        main(["worker", "--random-weights", "--idle-minutes", value])
+    line = capsys.readouterr().err.splitlines()[0]
+    assert caught.value.code == 2 and "argument --idle-minutes: " in line and reason in line, line
+
+
 def test_an_idle_worker_exits_and_removes_its_socket(tmp_path):
     path = tmp_path / "w.sock"
     start = time.monotonic()

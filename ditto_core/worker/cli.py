@@ -4,13 +4,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..errors import InputError
 from ..signals import exit_status
 from ..render_request import RenderRequest, RenderSettings
 from . import client, protocol
@@ -54,11 +54,21 @@ def add_parser(sub: argparse._SubParsersAction, add_pipeline_flags: Callable[[ar
     p.add_argument("--socket", type=Path, default=None,
                    help="where to listen (default: $DITTO_WORKER_SOCKET, else worker.sock in "
                         "$XDG_RUNTIME_DIR/comfyui-ditto or the user cache)")
-    p.add_argument("--idle-minutes", type=float, default=DEFAULT_IDLE_MINUTES,
+    p.add_argument("--idle-minutes", type=_minutes, default=DEFAULT_IDLE_MINUTES,
                    help=f"exit after this long without a job, freeing the GPU; 0: never (default: {DEFAULT_IDLE_MINUTES:g})")
     p.add_argument("--status", action="store_true", help="print the running worker's state as JSON and exit")
     p.add_argument("--stop", action="store_true", help="ask the running worker to exit once its job is done")
     p.set_defaults(run=run, hand_off=_question)
+
+
+def _minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of minutes") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text} must be 0 (never) or a positive number of minutes")
+    return value
 
 
 def _question(args: argparse.Namespace) -> Optional[int]:
@@ -77,8 +87,6 @@ def _question(args: argparse.Namespace) -> Optional[int]:
 def run(args: argparse.Namespace) -> int:
     from .server import Worker, listening
 
-    if args.idle_minutes < 0:
-        raise InputError(f"--idle-minutes must be 0 (never) or more, got {args.idle_minutes:g}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     settings = RenderSettings.from_args(args)
     path = _socket(args)
