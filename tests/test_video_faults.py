@@ -159,6 +159,28 @@ def test_real_disk_full_while_writing_the_mp4(small_filesystem, encoders):
     assert not open_files_below(small_filesystem), "a deleted temporary still holds space"
 
 
+@pytest.mark.reliability(area=FILES, case="disk already full when the MP4 is opened (its header cannot be "
+                                          "written), on a real 1 MiB filesystem",
+                         behaviour="DiskFullError naming the folder; no file left, none held open (a "
+                                   "deleted temporary would keep its space until the process exits)")
+@pytest.mark.parametrize("encoders", [1, 2])
+def test_full_disk_before_the_header_leaves_no_open_file(small_filesystem, encoders):
+    filler = small_filesystem / "filler"
+    with pytest.raises(OSError) as full, open(filler, "wb") as f:
+        while True:
+            f.write(b"x" * 4096)
+            f.flush()
+    assert full.value.errno == errno.ENOSPC
+    frames = torch.zeros(8, 64, 64, 3, dtype=torch.uint8)
+    with pytest.raises(DiskFullError, match=str(small_filesystem.resolve())):
+        with VideoWriter(small_filesystem / "clip.mp4", width=64, height=64, preset="ultrafast",
+                         encoders=encoders, segment_frames=4, expected_frames=8) as writer:
+            writer.write(frames)
+    filler.unlink()
+    assert list(small_filesystem.iterdir()) == []
+    assert not open_files_below(small_filesystem), "a deleted temporary still holds space"
+
+
 def open_files_below(folder) -> list[str]:
     """Paths this process holds open below ``folder`` (Linux /proc)."""
     found = []
@@ -192,6 +214,7 @@ def test_host_buffers_and_scratch_files_stay_bounded_over_a_long_clip(tmp_path, 
     assert most["scratch"] <= 2 + writer._pool_size  # encoding + finished ones, each holding pool frames
     assert decoded_indices(tmp_path / "long.mp4") == list(range(frames))
     assert [p.name for p in tmp_path.iterdir()] == ["long.mp4"]
+    assert not open_files_below(tmp_path), "the writer keeps a file open after the clip"
 
 
 def test_writer_rejects_bad_parallel_options(tmp_path):

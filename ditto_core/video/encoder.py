@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
-from typing import Iterable, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import BinaryIO, Iterable, Mapping, Optional, Sequence, Tuple, Type, Union
 
 import av
 import numpy as np
@@ -263,6 +263,9 @@ class _AudioTrack:
 # ----------------------------------------------------------------------------------- files
 
 
+MUX_BUFFER_BYTES = 256 << 10
+"""The muxer's write buffer: each fill is one call into Python and one write."""
+
 WRITEBACK_BYTES = 8 << 20
 """A published MP4's bytes are sent to the disk each time this many more have been written
 (:class:`~ditto_core.atomic_files.Writeback`); 0: only by the sync before its rename.
@@ -274,6 +277,11 @@ class _OutputFile:
 
     A ``scratch`` file is never renamed: it stays under its temporary name (so a later run
     reaps it if this process dies) and its owner deletes it once used.
+
+    The file is opened here and handed to the muxer as a Python file object, so closing it is
+    ours: FFmpeg, given a name, opens the file itself and never closes it when writing the
+    header fails (a full disk), leaving a deleted temporary holding its space for the life of
+    the process.
     """
 
     def __init__(self, target: PathLike, suffix: str, scratch: bool = False,
@@ -282,13 +290,17 @@ class _OutputFile:
         self.target.parent.mkdir(parents=True, exist_ok=True)
         self.temp = temp_sibling(self.target, suffix=suffix)
         self.scratch = scratch
+        self._handle: Optional[BinaryIO] = None
         try:
+            # A buffered file: its write() never returns short (the muxer would drop the rest).
+            self._handle = open(self.temp, "wb")
             # use_metadata_tags: keep tags under their own names (by default the muxer drops
             # every key outside its fixed iTunes set).
-            self.container = av.open(str(self.temp), mode="w", format="mp4",
+            self.container = av.open(self._handle, mode="w", format="mp4", buffer_size=MUX_BUFFER_BYTES,
                                      options={"movflags": "use_metadata_tags"} if metadata else None)
             self.container.metadata.update(metadata or {})
         except BaseException:
+            self._close_handle(quiet=True)
             discard(self.temp)
             raise
         self._open = True
@@ -316,6 +328,7 @@ class _OutputFile:
         returns where the file now is."""
         self.container.close()
         self._open = False
+        self._close_handle(quiet=False)  # its last bytes reach the file here: a full disk raises
         if self.scratch:
             return self.temp
         if self._writeback is not None:
@@ -332,7 +345,18 @@ class _OutputFile:
                 self.container.close()
             except (av.FFmpegError, OSError):
                 pass  # the file is being thrown away; a failed trailer write changes nothing
+        self._close_handle(quiet=True)
         discard(self.temp)
+
+    def _close_handle(self, quiet: bool) -> None:
+        handle, self._handle = self._handle, None
+        if handle is None:
+            return
+        try:
+            handle.close()  # closes the descriptor even when flushing its last bytes fails
+        except OSError:
+            if not quiet:
+                raise
 
     def raise_if_disk_full(self, error: BaseException, needed: Optional[int]) -> None:
         """Raise ``error`` as a DiskFullError naming this file's folder and ``needed`` bytes if
