@@ -125,8 +125,18 @@ class PackageCache:
     """Packages under ``root`` (default: ``<user cache>/comfyui-ditto/aot``)."""
 
     def __init__(self, root: Optional[Path] = None) -> None:
-        self.root = Path(root) if root is not None else user_cache_dir("aot")
+        self._root = Path(root) if root is not None else None
         self.builds = 0  # packages this object built (the others were found)
+
+    @property
+    def root(self) -> Path:
+        """The folder of the packages (the user cache's is checked, and made, at first use)."""
+        if self._root is None:
+            try:
+                self._root = user_cache_dir("aot")
+            except DittoError as error:
+                raise AotUnavailable(str(error)) from error
+        return self._root
 
     def entry(self, key: PackageKey) -> Path:
         return self.root / key.folder

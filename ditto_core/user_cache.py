@@ -2,14 +2,56 @@
 
 Everything here is derived from other files and can be deleted at any time. It lives where
 only the user writes (``$XDG_CACHE_HOME``, else ``~/.cache``), never in the models folder that a
-download or another user may fill, because some of it (Inductor's compiled kernels) is code.
+download or another user may fill, because some of it (Inductor's compiled kernels, AOT
+packages) is code that later processes load and run: the folder is made this user's alone
+before anything is read from it or written to it.
 """
 from __future__ import annotations
 
+import logging
 import os
+import stat
 from pathlib import Path
+from typing import Optional
+
+from .errors import DittoError
+
+log = logging.getLogger(__name__)
+
+_PACK_FOLDER = "comfyui-ditto"
 
 
 def user_cache_dir(kind: str) -> Path:
-    """``<XDG_CACHE_HOME or ~/.cache>/comfyui-ditto/<kind>`` (not created here)."""
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "comfyui-ditto" / kind
+    """``<XDG_CACHE_HOME or ~/.cache>/comfyui-ditto/<kind>``, in a folder of this user's alone
+    (the ``comfyui-ditto`` folder is created mode 700, or made so if it is this user's;
+    :class:`~ditto_core.errors.DittoError` if it belongs to another user). ``kind`` itself is
+    not created here."""
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / _PACK_FOLDER
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        problem = not_private(root)
+        if problem is not None and not problem.startswith("owner"):
+            # Ours, made by an earlier version with the umask's mode: tightened rather than refused.
+            os.chmod(root, 0o700)
+            log.info("Ditto: made the cache folder %s private (it was %s)", root, problem)
+            problem = None
+    except OSError as error:
+        raise DittoError(f"cannot use the Ditto cache folder {root} ({error}); set XDG_CACHE_HOME to a folder "
+                         "you can write") from error
+    if problem is not None:
+        raise DittoError(f"the Ditto cache folder {root} belongs to another user ({problem}), and it holds "
+                         "compiled code this process would run; set XDG_CACHE_HOME to a folder of yours")
+    return root / kind
+
+
+def not_private(folder: Path) -> Optional[str]:
+    """Why ``folder`` is not this user's alone ("owner 1001", "mode 775"); None if it is, and
+    on systems without user ids."""
+    if not hasattr(os, "getuid"):
+        return None
+    info = folder.stat()
+    if info.st_uid != os.getuid():
+        return f"owner {info.st_uid}"
+    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        return f"mode {stat.S_IMODE(info.st_mode):o}"
+    return None

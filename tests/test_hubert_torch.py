@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import weakref
 
 import numpy as np
@@ -520,3 +521,19 @@ def test_an_unwritable_weight_cache_only_costs_the_mapping(tmp_path, caplog):
         config, state = hubert_weight_cache.cached_hubert_weights(onnx_path, blocked)
     assert config == read_hubert_onnx(onnx_path)[0] and state
     assert "could not keep the mapped HuBERT weights" in caplog.text
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="user ids are POSIX")
+def test_no_trusted_user_cache_maps_the_weights_each_time(tmp_path, monkeypatch, caplog):
+    from ditto_core.models import hubert_weight_cache
+
+    onnx_path = export_hubert_onnx(random_hubert(SMALL, seed=4), tmp_path / "hubert.onnx")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    (tmp_path / "xdg" / "comfyui-ditto").mkdir(parents=True, mode=0o700)
+    uid = os.getuid()
+    monkeypatch.setattr(os, "getuid", lambda: uid + 1)  # the folder is now another user's
+    with caplog.at_level(logging.WARNING):
+        config, state = hubert_weight_cache.cached_hubert_weights(onnx_path)
+    assert config == read_hubert_onnx(onnx_path)[0] and state
+    assert "not cached" in caplog.text and "another user" in caplog.text
+    assert list((tmp_path / "xdg" / "comfyui-ditto").iterdir()) == []

@@ -27,6 +27,7 @@ from typing import Optional, Union
 import torch
 
 from ..atomic_files import atomic_write
+from ..errors import DittoError
 from ..process_exit import in_background
 from ..user_cache import user_cache_dir
 from .hubert import Hubert, HubertConfig
@@ -71,7 +72,13 @@ def cached_hubert_weights(
     from safetensors import safe_open
     from safetensors.torch import load_file
 
-    cache_dir = Path(cache_dir) if cache_dir is not None else user_cache_dir("hubert")
+    if cache_dir is None:
+        try:
+            cache_dir = user_cache_dir("hubert")
+        except DittoError as error:  # no cache this user may trust: map the ONNX graph each time
+            log.warning("HuBERT weights are not cached: %s", error)
+            return read_hubert_onnx(onnx_path)
+    cache_dir = Path(cache_dir)
     key = fingerprint(Path(onnx_path))
     # One entry per ONNX file: a new download under the same path replaces its entry, so old
     # 1.26 GB entries never pile up.

@@ -99,8 +99,11 @@ def use_compile_cache(cache_dir: Optional[Path] = None) -> None:
     """
     if cache_dir is not None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(cache_dir).resolve())
-    else:
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(default_compile_cache_dir()))
+    elif "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        try:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(default_compile_cache_dir())
+        except DittoError as error:  # a cache folder of another user's: Inductor's own default serves
+            announce_once(log, f"Ditto: Inductor keeps its compiled kernels in its own default folder ({error})")
 
 
 @dataclass

@@ -22,13 +22,12 @@ import hashlib
 import json
 import os
 import socket
-import stat
 import sys
 from pathlib import Path
 from typing import Any, BinaryIO, Optional
 
 from ..errors import InputError
-from ..user_cache import user_cache_dir
+from ..user_cache import not_private, user_cache_dir
 
 MAX_MESSAGE_BYTES = 1 << 16
 SOCKET_NAME = "worker.sock"
@@ -65,10 +64,10 @@ def private_folder(path: Path, create: bool) -> Path:
     folder = path.parent
     if create:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = folder.stat()
-    if info.st_uid != os.getuid() or info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise InputError(f"worker socket folder {folder} must belong to you alone (owner {info.st_uid}, mode "
-                         f"{stat.S_IMODE(info.st_mode):o}); run `chmod 700 {folder}` or pass another --socket")
+    problem = not_private(folder)
+    if problem is not None:
+        raise InputError(f"worker socket folder {folder} must belong to you alone ({problem}); run "
+                         f"`chmod 700 {folder}` or pass another --socket")
     return folder
 
 
