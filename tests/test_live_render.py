@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from ditto_core.live import AvatarStream, LiveRuntime, StreamConfig
-from ditto_core.live.runtime import EngineRenderer
+from ditto_core.live.engine_renderer import EngineRenderer
 from ditto_core.motion.motion_options import MotionOptions
 from ditto_core.pipeline import DittoPipeline
 from ditto_core.registration.options import RegistrationOptions
@@ -87,11 +87,11 @@ def test_renderer_warm_up_compiles_the_forms_asked_for(tmp_path, per_frame):
 
 
 def test_a_rounds_frames_reach_the_host_per_job_in_order_whatever_their_sizes():
-    from ditto_core.live.runtime import _to_host
+    from ditto_core.live.output_frames import to_host
 
     frames = [torch.full((k, h, w, 3), i, dtype=torch.uint8) for i, (k, h, w) in
               enumerate([(5, 8, 6), (3, 4, 4), (2, 8, 6), (1, 4, 4)])]
-    host = _to_host(frames)
+    host = to_host(frames)
     assert [tuple(t.shape) for t in host] == [tuple(t.shape) for t in frames]
     assert all(torch.equal(got, want) for got, want in zip(host, frames))
-    assert _to_host([]) == []
+    assert to_host([]) == []

@@ -30,13 +30,11 @@ import threading
 import time
 from collections import deque
 from contextlib import nullcontext
-from fractions import Fraction
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable, Optional, Protocol
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..audio.audio_features import FPS, SAMPLE_RATE, AudioFeatures, SAMPLES_PER_FRAME
@@ -49,23 +47,20 @@ from ..models.lmdm import WINDOW
 from ..motion.conditions import build_conditions, build_kp_condition
 from ..motion.lmdm_sampler import DDIMSampler
 from ..motion.motion_options import MotionOptions
-from ..motion.motion_sequence import MotionSequence
-from ..motion.motion_stitch import STREAM_BLINK_FRAMES, StitchChunk, StitchSetup, stitch_setup
+from ..motion.motion_stitch import STREAM_BLINK_FRAMES, StitchChunk, stitch_setup
 from ..motion.stitch_graphs import RoundStitcher
 from ..precision import lmdm_precision_for
 from ..registration.source_info import SourceInfo
-from ..render.putback import paste_back
-from ..render.warp_decode import WarpDecodeEngine
-from .schedule import ONLINE_OVERLAP, MotionWindow, OnlineAudio, OnlineMotion, SampleTimeline
+from .engine_renderer import BATCH_LADDER, EngineRenderer
+from .output_frames import H264Encoder, LiveFrame, encode_jpeg
+from .schedule import MotionWindow, OnlineAudio, OnlineMotion
+from .stream_state import RenderJob, StreamConfig, StreamState
 
 log = logging.getLogger(__name__)
 
 _HUBERT_WINDOWS_PER_ROUND = 2
 """HuBERT windows a stream may encode per round: one more than its one LMDM window needs, so a
 stream that pushed a long speech at once catches up without holding the others' round."""
-
-BATCH_LADDER = (5, 10, 20, 40)
-"""Compiled warp+decode batch sizes: a round's frames go through the smallest that holds them."""
 
 MOTION_PRIORITY = -1
 """CUDA stream priority of the motion thread's work and of the HuBERT windows it waits for
@@ -88,62 +83,6 @@ class BackpressureError(DittoError):
 
 
 @dataclass(frozen=True)
-class StreamConfig:
-    """How one stream's frames come out and how much it may buffer."""
-
-    output: str = "jpeg"  # "jpeg" / "h264" (encoded bytes: JPEG, H.264 Annex-B) or "rgb" (uint8 tensor on the host)
-    max_size: Optional[int] = None  # longest side of output frames (None: the portrait's size)
-    quality: int = 85  # JPEG quality
-    idle: bool = True  # animate silence while no speech arrives
-    overlap: int = ONLINE_OVERLAP  # LMDM overlap: 80 - overlap frames per window
-    max_backlog_frames: int = 75  # frames made but not yet taken before the stream is paused
-    max_buffered_seconds: float = 30.0  # speech pushed but not yet animated before pushes fail
-
-    def __post_init__(self) -> None:
-        if self.output not in OUTPUTS:
-            raise InputError(f"output must be one of {', '.join(OUTPUTS)}, got {self.output!r}.")
-        if self.max_size is not None and not (isinstance(self.max_size, int) and 16 <= self.max_size <= 4096):
-            raise InputError(f"max_size must be an integer in [16, 4096] pixels, got {self.max_size!r}.")
-        if not (isinstance(self.quality, int) and 1 <= self.quality <= 100):
-            raise InputError(f"quality must be an integer in [1, 100], got {self.quality!r}.")
-        if not (isinstance(self.overlap, int) and 5 <= self.overlap < WINDOW):
-            raise InputError(f"overlap must be an integer in [5, {WINDOW - 1}] frames, got {self.overlap!r}.")
-
-
-    def frame_size(self, height: int, width: int) -> tuple[int, int]:
-        """(H, W) of this stream's frames for a ``height`` x ``width`` portrait (even for H.264's 4:2:0)."""
-        h, w = output_size(height, width, self.max_size)
-        return (max(2, h // 2 * 2), max(2, w // 2 * 2)) if self.output == "h264" else (h, w)
-
-
-OUTPUTS = ("jpeg", "h264", "rgb")
-
-
-@dataclass
-class RenderJob:
-    """Frames of one stream released by one motion window, to be rendered."""
-
-    stream: "StreamState"
-    epoch: int
-    first_frame: int
-    motion: Optional[MotionSequence]  # None: no frames (an end marker only), or not stitched yet (in a round)
-    audio: Tensor  # (k, 640) float32 16 kHz speech of each frame
-    ready_since: float  # when the speech that completed this window arrived
-    final: bool = False
-
-
-@dataclass
-class LiveFrame:
-    """One output frame of a stream and the speech it shows."""
-
-    index: int  # frame number in the stream, 25 per second
-    pts: float  # presentation time in seconds (index / 25)
-    audio: Tensor  # (640,) int16: the 16 kHz speech of this frame's 40 ms
-    image: Optional[Tensor] = None  # (H, W, 3) uint8 RGB on the host, output "rgb"
-    packet: Optional[bytes] = None  # encoded frame: a JPEG, or an H.264 Annex-B access unit (pts = index)
-
-
-@dataclass(frozen=True)
 class RoundTiming:
     """Host times of one round, for :meth:`LiveRuntime.round_stats` (a benchmark's view inside)."""
 
@@ -158,45 +97,6 @@ class FrameRenderer(Protocol):
     """Renders a round's jobs: returns, per job with motion, (k, H, W, 3) uint8 frames on the host."""
 
     def render(self, jobs: list[RenderJob]) -> list[Tensor]: ...
-
-
-@dataclass
-class StreamState:
-    """A stream as the worker threads see it (the event loop holds its :class:`AvatarStream`)."""
-
-    id: int
-    source: SourceInfo
-    options: MotionOptions
-    config: StreamConfig
-    sampler: DDIMSampler
-    audio: OnlineAudio
-    motion: OnlineMotion
-    generator: torch.Generator
-    noise: Tensor  # (steps - 1, 1, 80, 265): drawn once per stream, shared by its windows
-    stitch: StitchSetup  # what stitching its frames needs from its avatar and options, made once
-    deliver: Callable[[object], None]  # called from worker threads with a LiveFrame future, an error or None
-    speech: SampleTimeline = field(default_factory=SampleTimeline)  # what each frame's audio slice is cut from
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    pending: list[tuple[Tensor, float]] = field(default_factory=list)  # (16 kHz speech, push time), not yet taken
-    pending_samples: int = 0
-    end_requested: bool = False
-    clear_requested: bool = False
-    epoch: int = 0
-    backlog: int = 0  # frames made (or in flight) that the client has not taken
-    closed: bool = False
-    finished: bool = False  # the end marker was queued for rendering
-    window_times: deque = field(default_factory=deque)  # arrival time of each HuBERT window's last sample
-    push_times: deque = field(default_factory=deque)  # (speech sample position reached, time)
-    next_silence: float = 0.0
-    stalled_since: Optional[float] = None
-    chunk_latency: deque = field(default_factory=lambda: deque(maxlen=2000))
-    first_frame_latency: Optional[float] = None
-    frames_delivered: int = 0
-    silence_windows: int = 0
-    video_encoder: Optional["_H264Encoder"] = None  # output "h264": one encoder per stream, frames in order
-
-    def buffered_seconds(self) -> float:
-        return (self.pending_samples + max(0, self.audio.received - self.audio.windows_done * self.audio.hop)) / SAMPLE_RATE
 
 
 class LiveRuntime:
@@ -809,10 +709,10 @@ class LiveRuntime:
             return
         if state.config.output == "h264":
             if state.video_encoder is None:
-                state.video_encoder = _H264Encoder(*image.shape[:2])
+                state.video_encoder = H264Encoder(*image.shape[:2])
             future = state.video_encoder.submit(frame, image)
         else:
-            future = self._encoders.submit(_encode_jpeg, frame, image, state.config.quality)
+            future = self._encoders.submit(encode_jpeg, frame, image, state.config.quality)
         state.deliver((job.epoch, future))
 
 
@@ -852,140 +752,3 @@ def quantile(ordered: list, q: float):
 def lmdm_batch(windows: int) -> int:
     """The sampler batch size ``windows`` windows are padded to: the next power of two."""
     return 1 << max(0, windows - 1).bit_length()
-
-
-def _encode_jpeg(frame: LiveFrame, image: Tensor, quality: int) -> LiveFrame:
-    import cv2
-
-    ok, data = cv2.imencode(".jpg", image.numpy()[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, quality])
-    if not ok:
-        raise DittoError("JPEG encoding of a live frame failed")
-    frame.packet = data.tobytes()
-    return frame
-
-
-class _H264Encoder:
-    """x264 for one stream (ultrafast, zero latency: one access unit out per frame in, no B-frames),
-    on a thread of its own so that frames stay in order."""
-
-    def __init__(self, height: int, width: int) -> None:
-        import av
-
-        self._av = av
-        self._codec = av.CodecContext.create("libx264", "w")
-        self._codec.width, self._codec.height, self._codec.pix_fmt = width, height, "yuv420p"
-        self._codec.time_base = Fraction(1, FPS)
-        self._codec.options = {"preset": "ultrafast", "tune": "zerolatency", "g": str(2 * FPS)}
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="ditto-live-h264")
-
-    def submit(self, frame: LiveFrame, image: Tensor):
-        return self._thread.submit(self._encode, frame, image)
-
-    def _encode(self, frame: LiveFrame, image: Tensor) -> LiveFrame:
-        picture = self._av.VideoFrame.from_ndarray(image.numpy(), format="rgb24").reformat(format="yuv420p")
-        picture.pts = frame.index
-        frame.packet = b"".join(bytes(packet) for packet in self._codec.encode(picture))
-        return frame
-
-    def close(self) -> None:
-        self._thread.shutdown(wait=False, cancel_futures=True)
-
-
-def output_size(height: int, width: int, max_size: Optional[int]) -> tuple[int, int]:
-    """(H, W) scaled down so that the longer side is at most ``max_size`` (unchanged if it already is)."""
-    if max_size is None or max(height, width) <= max_size:
-        return height, width
-    scale = max_size / max(height, width)
-    return max(1, round(height * scale)), max(1, round(width * scale))
-
-
-class EngineRenderer:
-    """Warp+decode of a round's frames in cross-stream batches, then put-back and scaling per stream."""
-
-    def __init__(self, models, compile: bool, batch_ladder: tuple[int, ...] = BATCH_LADDER) -> None:
-        self.models = models
-        self.compile = compile
-        self.ladder = tuple(sorted(batch_ladder))
-        self._engines: dict[int, WarpDecodeEngine] = {}
-
-    def engine(self, frames: int) -> WarpDecodeEngine:
-        """The engine for a batch of ``frames``: the smallest compiled size that holds them."""
-        size = next((b for b in self.ladder if b >= frames), self.ladder[-1])
-        if size not in self._engines:
-            self._engines[size] = WarpDecodeEngine(
-                self.models.warp_network, self.models.decoder, batch_size=size, compile=self.compile
-            )
-        return self._engines[size]
-
-    def warm_up(self, source: SourceInfo, per_frame_volumes: bool = True) -> None:
-        """Compile (or load from the compile cache) every ladder size before streams arrive: the form
-        with one feature volume shared by the batch (an image avatar's streams), and, with
-        ``per_frame_volumes``, the one with a volume per frame (a video avatar, or several avatars
-        in one round). A form left out compiles when a round first needs it."""
-        with torch.inference_mode():
-            kp = source.motion.kp[:1].reshape(1, -1, 3).to(self.models.device, torch.float32)
-            for size in self.ladder:
-                engine = self.engine(size)
-                kp_batch = kp.expand(size, -1, -1)
-                forms = [source.f_s[:1]]
-                if per_frame_volumes:
-                    forms.append(source.f_s[:1].expand(size, *source.f_s.shape[1:]))
-                for volumes in forms:
-                    # Twice: torch.compile's CUDA graphs run eagerly at a graph's first call and are
-                    # recorded at its second, which must happen here, not while streams are served.
-                    for _ in range(2):
-                        engine.render_batch(volumes, kp_batch, kp_batch)
-
-    def render(self, jobs: list[RenderJob]) -> list[Tensor]:
-        f_s, kp_s, kp_d = [], [], []
-        # One avatar's single volume (however many streams show it) is expanded inside the graph.
-        shared = len({j.stream.source.f_s.data_ptr() for j in jobs}) == 1 and len(jobs[0].stream.source) == 1
-        for job in jobs:
-            source, motion = job.stream.source, job.motion
-            if not shared:
-                f_s.append(source.f_s.index_select(0, motion.source_index))
-            kp_s.append(motion.kp_source)
-            kp_d.append(motion.kp_driving)
-        kp_s, kp_d = torch.cat(kp_s), torch.cat(kp_d)
-        volumes = jobs[0].stream.source.f_s[:1] if shared else torch.cat(f_s)
-        total, start, renders = kp_d.shape[0], 0, []
-        while start < total:
-            engine = self.engine(total - start)
-            stop = min(total, start + engine.batch_size)
-            rows = volumes if shared else volumes[start:stop]
-            renders.append(engine.render_batch(rows, kp_s[start:stop], kp_d[start:stop]))
-            start = stop
-        renders = torch.cat(renders)
-        out, start = [], 0
-        for job in jobs:
-            source, k = job.stream.source, job.motion.kp_driving.shape[0]
-            frames = paste_back(source.frames, renders[start : start + k], source.M_c2o,
-                                source_index=job.motion.source_index)
-            start += k
-            out.append(_scaled(frames, job.stream.config.frame_size(*source.frames.shape[1:3])))
-        return _to_host(out)
-
-
-def _to_host(frames: list[Tensor]) -> list[Tensor]:
-    """Each job's (k, H, W, 3) frames on the host, copied by one transfer per frame size: the render
-    thread waits for the device once a round, not once a job (with a wait per job the GPU idles
-    between jobs while the thread gets its turn for the GIL back)."""
-    out: list[Optional[Tensor]] = [None] * len(frames)
-    sizes: dict[tuple[int, ...], list[int]] = {}
-    for index, images in enumerate(frames):
-        sizes.setdefault(tuple(images.shape[1:]), []).append(index)
-    for indices in sizes.values():
-        host = torch.cat([frames[i] for i in indices]).cpu()
-        for i, part in zip(indices, host.split([frames[i].shape[0] for i in indices])):
-            out[i] = part
-    return out
-
-
-def _scaled(frames: Tensor, size: tuple[int, int]) -> Tensor:
-    """(k, H, W, 3) uint8 -> (k, *size, 3) uint8, scaled on the device."""
-    height, width = frames.shape[1:3]
-    if size == (height, width):
-        return frames
-    images = frames.permute(0, 3, 1, 2).float()
-    images = F.interpolate(images, size=size, mode="bilinear", antialias=True, align_corners=False)
-    return images.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()

@@ -42,7 +42,9 @@ from ..audio.loading import check_sample_rate
 from ..errors import DittoError, InputError
 from ..motion.motion_options import MotionOptions
 from ..registration.source_info import SourceInfo
-from .runtime import BackpressureError, CapacityError, LiveFrame, LiveRuntime, RuntimeStopped, StreamConfig
+from .output_frames import LiveFrame
+from .runtime import BackpressureError, CapacityError, LiveRuntime, RuntimeStopped
+from .stream_state import StreamConfig
 from .stream import AvatarStream
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,9 @@ from ..audio.validation import require_finite
 from ..errors import InputError
 from ..motion.motion_options import MotionOptions
 from ..registration.source_info import SourceInfo
-from .runtime import LiveFrame, LiveRuntime, StreamConfig
+from .output_frames import LiveFrame
+from .runtime import LiveRuntime
+from .stream_state import StreamConfig
 
 Pcm = Union[Tensor, np.ndarray, bytes]
 

@@ -1,0 +1,81 @@
+"""Warp+decode of a live round's frames: batches that mix streams, through a ladder of engines."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..registration.source_info import SourceInfo
+from ..render.putback import paste_back
+from ..render.warp_decode import WarpDecodeEngine
+from .output_frames import scaled, to_host
+from .stream_state import RenderJob
+
+BATCH_LADDER = (5, 10, 20, 40)
+"""Compiled warp+decode batch sizes: a round's frames go through the smallest that holds them."""
+
+
+class EngineRenderer:
+    """Warp+decode of a round's frames in cross-stream batches, then put-back and scaling per stream."""
+
+    def __init__(self, models, compile: bool, batch_ladder: tuple[int, ...] = BATCH_LADDER) -> None:
+        self.models = models
+        self.compile = compile
+        self.ladder = tuple(sorted(batch_ladder))
+        self._engines: dict[int, WarpDecodeEngine] = {}
+
+    def engine(self, frames: int) -> WarpDecodeEngine:
+        """The engine for a batch of ``frames``: the smallest compiled size that holds them."""
+        size = next((b for b in self.ladder if b >= frames), self.ladder[-1])
+        if size not in self._engines:
+            self._engines[size] = WarpDecodeEngine(
+                self.models.warp_network, self.models.decoder, batch_size=size, compile=self.compile
+            )
+        return self._engines[size]
+
+    def warm_up(self, source: SourceInfo, per_frame_volumes: bool = True) -> None:
+        """Compile (or load from the compile cache) every ladder size before streams arrive: the form
+        with one feature volume shared by the batch (an image avatar's streams), and, with
+        ``per_frame_volumes``, the one with a volume per frame (a video avatar, or several avatars
+        in one round). A form left out compiles when a round first needs it."""
+        with torch.inference_mode():
+            kp = source.motion.kp[:1].reshape(1, -1, 3).to(self.models.device, torch.float32)
+            for size in self.ladder:
+                engine = self.engine(size)
+                kp_batch = kp.expand(size, -1, -1)
+                forms = [source.f_s[:1]]
+                if per_frame_volumes:
+                    forms.append(source.f_s[:1].expand(size, *source.f_s.shape[1:]))
+                for volumes in forms:
+                    # Twice: torch.compile's CUDA graphs run eagerly at a graph's first call and are
+                    # recorded at its second, which must happen here, not while streams are served.
+                    for _ in range(2):
+                        engine.render_batch(volumes, kp_batch, kp_batch)
+
+    def render(self, jobs: list[RenderJob]) -> list[Tensor]:
+        f_s, kp_s, kp_d = [], [], []
+        # One avatar's single volume (however many streams show it) is expanded inside the graph.
+        shared = len({j.stream.source.f_s.data_ptr() for j in jobs}) == 1 and len(jobs[0].stream.source) == 1
+        for job in jobs:
+            source, motion = job.stream.source, job.motion
+            if not shared:
+                f_s.append(source.f_s.index_select(0, motion.source_index))
+            kp_s.append(motion.kp_source)
+            kp_d.append(motion.kp_driving)
+        kp_s, kp_d = torch.cat(kp_s), torch.cat(kp_d)
+        volumes = jobs[0].stream.source.f_s[:1] if shared else torch.cat(f_s)
+        total, start, renders = kp_d.shape[0], 0, []
+        while start < total:
+            engine = self.engine(total - start)
+            stop = min(total, start + engine.batch_size)
+            rows = volumes if shared else volumes[start:stop]
+            renders.append(engine.render_batch(rows, kp_s[start:stop], kp_d[start:stop]))
+            start = stop
+        renders = torch.cat(renders)
+        out, start = [], 0
+        for job in jobs:
+            source, k = job.stream.source, job.motion.kp_driving.shape[0]
+            frames = paste_back(source.frames, renders[start : start + k], source.M_c2o,
+                                source_index=job.motion.source_index)
+            start += k
+            out.append(scaled(frames, job.stream.config.frame_size(*source.frames.shape[1:3])))
+        return to_host(out)

@@ -1,0 +1,102 @@
+"""What a live stream's client receives: rendered frames sized, copied to the host and encoded.
+
+The render thread scales each stream's frames on the device (:func:`scaled`), brings a round's
+frames to the host in one transfer per frame size (:func:`to_host`) and hands each frame to an
+encoder: JPEG on a shared pool (:func:`encode_jpeg`), H.264 on one thread per stream
+(:class:`H264Encoder`, frames in order).
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..audio.audio_features import FPS
+from ..errors import DittoError
+
+
+@dataclass
+class LiveFrame:
+    """One output frame of a stream and the speech it shows."""
+
+    index: int  # frame number in the stream, 25 per second
+    pts: float  # presentation time in seconds (index / 25)
+    audio: Tensor  # (640,) int16: the 16 kHz speech of this frame's 40 ms
+    image: Optional[Tensor] = None  # (H, W, 3) uint8 RGB on the host, output "rgb"
+    packet: Optional[bytes] = None  # encoded frame: a JPEG, or an H.264 Annex-B access unit (pts = index)
+
+
+def encode_jpeg(frame: LiveFrame, image: Tensor, quality: int) -> LiveFrame:
+    """``frame`` with ``image`` ((H, W, 3) uint8 RGB on the host) as its JPEG packet."""
+    import cv2
+
+    ok, data = cv2.imencode(".jpg", image.numpy()[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, quality])
+    if not ok:
+        raise DittoError("JPEG encoding of a live frame failed")
+    frame.packet = data.tobytes()
+    return frame
+
+
+class H264Encoder:
+    """x264 for one stream (ultrafast, zero latency: one access unit out per frame in, no B-frames),
+    on a thread of its own so that frames stay in order."""
+
+    def __init__(self, height: int, width: int) -> None:
+        import av
+
+        self._av = av
+        self._codec = av.CodecContext.create("libx264", "w")
+        self._codec.width, self._codec.height, self._codec.pix_fmt = width, height, "yuv420p"
+        self._codec.time_base = Fraction(1, FPS)
+        self._codec.options = {"preset": "ultrafast", "tune": "zerolatency", "g": str(2 * FPS)}
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="ditto-live-h264")
+
+    def submit(self, frame: LiveFrame, image: Tensor):
+        return self._thread.submit(self._encode, frame, image)
+
+    def _encode(self, frame: LiveFrame, image: Tensor) -> LiveFrame:
+        picture = self._av.VideoFrame.from_ndarray(image.numpy(), format="rgb24").reformat(format="yuv420p")
+        picture.pts = frame.index
+        frame.packet = b"".join(bytes(packet) for packet in self._codec.encode(picture))
+        return frame
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=False, cancel_futures=True)
+
+
+def output_size(height: int, width: int, max_size: Optional[int]) -> tuple[int, int]:
+    """(H, W) scaled down so that the longer side is at most ``max_size`` (unchanged if it already is)."""
+    if max_size is None or max(height, width) <= max_size:
+        return height, width
+    scale = max_size / max(height, width)
+    return max(1, round(height * scale)), max(1, round(width * scale))
+
+
+def to_host(frames: list[Tensor]) -> list[Tensor]:
+    """Each job's (k, H, W, 3) frames on the host, copied by one transfer per frame size: the render
+    thread waits for the device once a round, not once a job (with a wait per job the GPU idles
+    between jobs while the thread gets its turn for the GIL back)."""
+    out: list[Optional[Tensor]] = [None] * len(frames)
+    sizes: dict[tuple[int, ...], list[int]] = {}
+    for index, images in enumerate(frames):
+        sizes.setdefault(tuple(images.shape[1:]), []).append(index)
+    for indices in sizes.values():
+        host = torch.cat([frames[i] for i in indices]).cpu()
+        for i, part in zip(indices, host.split([frames[i].shape[0] for i in indices])):
+            out[i] = part
+    return out
+
+
+def scaled(frames: Tensor, size: tuple[int, int]) -> Tensor:
+    """(k, H, W, 3) uint8 -> (k, *size, 3) uint8, scaled on the device."""
+    height, width = frames.shape[1:3]
+    if size == (height, width):
+        return frames
+    images = frames.permute(0, 3, 1, 2).float()
+    images = F.interpolate(images, size=size, mode="bilinear", antialias=True, align_corners=False)
+    return images.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
