@@ -37,8 +37,10 @@ from ditto_core.precision import NETWORK_PRECISIONS, network_dtype
 from ditto_core.render.putback import paste_back
 from ditto_core.render.warp_decode import WarpDecodeEngine, auto_batch_size
 from ditto_core.video.colour import rgb_to_yuv420p
-from ditto_core.video.encoder import X264_PRESETS, EncoderSettings, SegmentEncoder, usable_cores
-from ditto_core.video import encoder as encoder_module
+from ditto_core.video import mp4_file
+from ditto_core.video.encoder import SegmentEncoder
+from ditto_core.video.encoder_settings import EncoderSettings, usable_cores
+from ditto_core.video.x264_presets import X264_PRESETS
 from ditto_core.video import writer as writer_module
 from ditto_core.video.writer import VideoWriter
 
@@ -172,7 +174,7 @@ def main() -> None:
             "gpu_side_fps": gpu_fps,
             "presets": {},
         }
-        writeback_default = encoder_module.WRITEBACK_BYTES
+        writeback_default = mp4_file.WRITEBACK_BYTES
         for preset, interval in itertools.product(args.presets, args.gil_intervals):
             gil_turns.SHORT_INTERVAL = interval
             entry = {"gil_interval_s": interval, "encode_only_fps": encode_only(preset, host_yuv)}
@@ -181,7 +183,7 @@ def main() -> None:
                 name = layout.name
                 path = workdir / f"{preset}_{name}.mp4"
                 writer_module.HOST_WAIT_BLOCKS = not layout.spin
-                encoder_module.WRITEBACK_BYTES = writeback_default if layout.writeback_mib is None \
+                mp4_file.WRITEBACK_BYTES = writeback_default if layout.writeback_mib is None \
                     else layout.writeback_mib << 20
                 writer_module.TRIM_IN_BACKGROUND = not layout.trim_in_caller
                 tails, finishes = [], []

@@ -40,9 +40,9 @@ import numpy as np
 import torch
 
 from ditto_core.video.colour import rgb_to_yuv420p
-from ditto_core.video.encoder import (
-    X264_PRESETS, EncoderSettings, SegmentEncoder, default_preset, usable_cores,
-)
+from ditto_core.video.encoder import SegmentEncoder
+from ditto_core.video.encoder_settings import EncoderSettings, default_preset, usable_cores
+from ditto_core.video.x264_presets import X264_PRESETS
 from ditto_core.video.writer import VideoWriter
 
 from .bench_common import cuda_event_times, emit

@@ -15,7 +15,8 @@ import torch
 from ditto_core.atomic_files import DiskFullError
 from ditto_core.errors import DittoError
 from ditto_core.video import writer as writer_module
-from ditto_core.video.encoder import Mp4Joiner, SegmentEncoder
+from ditto_core.video.encoder import SegmentEncoder
+from ditto_core.video.joiner import Mp4Joiner
 from ditto_core.video.writer import VideoWriter
 from tests.test_atomic_files import small_filesystem, umask
 from tests.video_support import decoded_indices, tone, watermarked

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from ditto_core.errors import InputError
-from ditto_core.video.encoder import EncoderSettings, SegmentEncoder, encode_segment, join_segments, read_segment
+from ditto_core.video.encoder import SegmentEncoder, encode_segment
+from ditto_core.video.encoder_settings import EncoderSettings
+from ditto_core.video.joiner import join_segments, read_segment
 from ditto_core.video.writer import VideoWriter
 from tests.video_support import decoded_indices, durations, tone, watermarked
 

@@ -16,7 +16,8 @@ import torch
 from ditto_core.errors import DittoError, InputError
 from ditto_core.host_memory import trim_host_heap
 from ditto_core.video import writer as writer_module
-from ditto_core.video.encoder import EncoderSettings, SegmentEncoder
+from ditto_core.video.encoder import SegmentEncoder
+from ditto_core.video.encoder_settings import EncoderSettings
 from ditto_core.video.writer import VideoWriter
 
 
@@ -226,14 +227,14 @@ def test_the_heap_is_trimmed_off_the_callers_thread_once_at_a_time(monkeypatch):
 
 
 def test_one_encoder_leaves_two_cores_to_the_render_on_big_hosts(tmp_path, monkeypatch):
-    from ditto_core.video import encoder as encoder_module
-    from ditto_core.video.encoder import default_threads
+    from ditto_core.video import encoder_settings
+    from ditto_core.video.encoder_settings import default_threads
 
     assert [default_threads("superfast", cores) for cores in (16, 8, 4, 1)] == [14, 6, 0, 0]
     assert default_threads("ultrafast", 16) == 14 and default_threads("medium", 16) == 0  # medium: every core
     for cores, preset, expected in ((16, "ultrafast", 14), (16, "medium", 0), (2, "ultrafast", 0)):
         monkeypatch.setattr(writer_module, "usable_cores", lambda: cores)
-        monkeypatch.setattr(encoder_module, "usable_cores", lambda: cores)
+        monkeypatch.setattr(encoder_settings, "usable_cores", lambda: cores)
         target = tmp_path / f"c{cores}_{preset}.mp4"
         with VideoWriter(target, width=64, height=64, preset=preset) as writer:
             assert writer.settings.threads == expected
@@ -336,12 +337,12 @@ def test_the_mp4_goes_to_the_disk_as_it_grows_and_the_tail_is_timed(tmp_path, mo
     """A published MP4's writes start every WRITEBACK_BYTES (so the sync before the rename has
     little left); the file descriptor this needs is closed again; the finish is broken down."""
     from ditto_core import atomic_files
-    from ditto_core.video import encoder as encoder_module
+    from ditto_core.video import mp4_file
 
     calls = []
     monkeypatch.setattr(atomic_files, "_sync_file_range", lambda: lambda fd, *args: calls.append(
         os.fstat(fd).st_ino) or 0)
-    monkeypatch.setattr(encoder_module, "WRITEBACK_BYTES", 20_000)
+    monkeypatch.setattr(mp4_file, "WRITEBACK_BYTES", 20_000)
     open_before = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
     noise = torch.randint(0, 256, (40, 96, 128, 3), dtype=torch.uint8)  # incompressible: bytes to write
     target = tmp_path / "clip.mp4"
@@ -362,12 +363,12 @@ def test_the_mp4_goes_to_the_disk_as_it_grows_and_the_tail_is_timed(tmp_path, mo
 def test_scratch_segments_are_not_sent_to_the_disk(tmp_path, monkeypatch):
     """Parallel segments are deleted once joined: only the joined MP4 gets early writes."""
     from ditto_core import atomic_files
-    from ditto_core.video import encoder as encoder_module
+    from ditto_core.video import mp4_file
 
     inodes = []
     monkeypatch.setattr(atomic_files, "_sync_file_range", lambda: lambda fd, *args: inodes.append(
         os.fstat(fd).st_ino) or 0)
-    monkeypatch.setattr(encoder_module, "WRITEBACK_BYTES", 20_000)
+    monkeypatch.setattr(mp4_file, "WRITEBACK_BYTES", 20_000)
     noise = torch.randint(0, 256, (40, 96, 128, 3), dtype=torch.uint8)
     target = tmp_path / "joined.mp4"
     with VideoWriter(target, width=128, height=96, fps=25, crf=0, preset="ultrafast", encoders=2,

@@ -109,7 +109,7 @@ def _job_record(job: Job, outcome: Outcome) -> JobRecord:
 
 
 def _run_sharded(job: Job, scheduler: Scheduler, out_dir: Path) -> JobRecord:
-    from ..video.encoder import join_segments
+    from ..video.joiner import join_segments
 
     began = time.perf_counter()
     planned = scheduler.run([Task(f"{job.name} motion", "plan_clip", (job,))])[0]

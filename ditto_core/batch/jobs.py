@@ -27,7 +27,7 @@ from ..atomic_files import atomic_write_bytes, discard, file_sha256, parse_temp_
 from ..errors import InputError
 from ..motion.motion_options import MotionOptions
 from ..registration.options import RegistrationOptions
-from ..video.encoder import check_encoder_options
+from ..video.encoder_settings import check_encoder_options
 
 JOB_FORMAT = "ditto-batch-job"
 JOB_VERSION = 1  # part of every job hash: a change of what a job means re-renders old outputs

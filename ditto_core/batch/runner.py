@@ -149,7 +149,8 @@ class JobRunner:
 
     def render_range(self, job: Job, plan: ClipPlan, start: int, stop: int, segment: Path) -> dict[str, Any]:
         """Render frames [start, stop) of ``plan`` and encode them as the segment file ``segment``."""
-        from ..video.encoder import EncoderSettings, encode_segment
+        from ..video.encoder import encode_segment
+        from ..video.encoder_settings import EncoderSettings
 
         began = time.perf_counter()
         source = self._register(job)

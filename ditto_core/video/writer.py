@@ -12,7 +12,7 @@ With several, the clip is cut into GOP-aligned segments of ``segment_frames`` fr
 k goes to whichever encoder thread is free (PyAV releases the GIL inside libx264, so the
 instances run concurrently), each into a scratch file beside the target, and a joiner thread
 remuxes the finished segments in order into the MP4, with the audio, without re-encoding
-(:class:`~ditto_core.video.encoder.Mp4Joiner`), deleting each once joined.
+(:class:`~ditto_core.video.joiner.Mp4Joiner`), deleting each once joined.
 
 The MP4 is written under a temporary name in the target folder and renamed over the target
 only once it is complete: a failure in any thread, or an interruption, leaves nothing behind.
@@ -39,10 +39,14 @@ from ..errors import DittoError, InputError
 from ..gil_turns import short_gil_turns
 from ..host_memory import trim_host_heap, trim_host_heap_soon
 from .colour import pad_to_even, rgb_to_yuv420p
-from .encoder import (
-    X264_PRESETS, EncoderSettings, Mp4Joiner, Segment, SegmentEncoder, Waveform, check_encoder_options, prepare_audio,
-    check_frames, check_nice, DEFAULT_ENCODERS, default_preset, default_threads, usable_cores,
+from .audio_track import Waveform, prepare_audio
+from .encoder import SegmentEncoder, check_frames
+from .encoder_settings import (
+    DEFAULT_ENCODERS, EncoderSettings, Segment, check_encoder_options, check_nice, default_preset, default_threads,
+    usable_cores,
 )
+from .joiner import Mp4Joiner
+from .x264_presets import X264_PRESETS
 
 __all__ = ["VideoWriter", "X264_PRESETS", "check_encoder_options", "DEFAULT_ENCODERS", "default_preset",
            "default_segment_frames"]
