@@ -24,23 +24,23 @@ _PACK_FOLDER = "comfyui-ditto"
 def user_cache_dir(kind: str) -> Path:
     """``<XDG_CACHE_HOME or ~/.cache>/comfyui-ditto/<kind>``, in a folder of this user's alone
     (the ``comfyui-ditto`` folder is created mode 700, or made so if it is this user's;
-    :class:`~ditto_core.errors.DittoError` if it belongs to another user). ``kind`` itself is
-    not created here."""
+    :class:`~ditto_core.errors.DittoError` if it belongs to another user or cannot be made).
+    ``kind`` itself is not created here."""
     root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / _PACK_FOLDER
     try:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        problem = not_private(root)
-        if problem is not None and not problem.startswith("owner"):
+        info = root.stat()
+        owner_ok = not hasattr(os, "getuid") or info.st_uid == os.getuid()
+        if owner_ok and not_private(root) is not None:
             # Ours, made by an earlier version with the umask's mode: tightened rather than refused.
             os.chmod(root, 0o700)
-            log.info("Ditto: made the cache folder %s private (it was %s)", root, problem)
-            problem = None
+            log.info("Ditto: made the cache folder %s private (it was mode %o)", root, stat.S_IMODE(info.st_mode))
     except OSError as error:
         raise DittoError(f"cannot use the Ditto cache folder {root} ({error}); set XDG_CACHE_HOME to a folder "
                          "you can write") from error
-    if problem is not None:
-        raise DittoError(f"the Ditto cache folder {root} belongs to another user ({problem}), and it holds "
-                         "compiled code this process would run; set XDG_CACHE_HOME to a folder of yours")
+    if not owner_ok:
+        raise DittoError(f"the Ditto cache folder {root} belongs to another user (owner {info.st_uid}), and it "
+                         "holds compiled code this process would run; set XDG_CACHE_HOME to a folder of yours")
     return root / kind
 
 

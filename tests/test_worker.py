@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ditto_core.errors import InputError
+from ditto_core.errors import DittoError, InputError
 from ditto_core.render_request import RenderRequest, RenderSettings
 from ditto_core.worker import client, protocol
 from ditto_core.worker.server import Worker, listening
@@ -148,6 +148,26 @@ def test_no_worker_means_the_caller_renders(tmp_path):
     listener.bind(str(stale))
     listener.close()
     assert stale.exists() and client.hand_off(stale, SETTINGS, _request(tmp_path), print, print) is None
+
+
+def test_a_default_socket_folder_that_cannot_be_trusted_means_the_caller_renders(tmp_path, monkeypatch):
+    """No $XDG_RUNTIME_DIR and a user cache of another user's: `--worker auto` renders here
+    (and says why); `--worker start` cannot start a worker there and says so."""
+    from ditto_core.worker import cli as worker_cli
+
+    monkeypatch.delenv("DITTO_WORKER_SOCKET", raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    (tmp_path / "xdg" / "comfyui-ditto").mkdir(parents=True, mode=0o700)
+    uid = os.getuid()
+    monkeypatch.setattr(os, "getuid", lambda: uid + 1)
+    statuses = []
+    progress = SimpleNamespace(status=statuses.append)
+    args = SimpleNamespace(socket=None, worker="auto")
+    assert worker_cli.hand_off(args, SETTINGS, _request(tmp_path), progress) is None
+    assert len(statuses) == 1 and "another user" in statuses[0] and "rendering here" in statuses[0]
+    with pytest.raises(DittoError, match="another user"):
+        worker_cli.hand_off(SimpleNamespace(socket=None, worker="start"), SETTINGS, _request(tmp_path), progress)
 
 
 @pytest.mark.parametrize("change", ["settings", "code"])

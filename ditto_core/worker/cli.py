@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..errors import DittoError
 from ..signals import exit_status
 from ..render_request import RenderRequest, RenderSettings
 from . import client, protocol
@@ -39,7 +40,13 @@ def _socket(args: argparse.Namespace) -> Path:
 def hand_off(args: argparse.Namespace, settings: RenderSettings, request: RenderRequest,
              progress: Any) -> Optional[dict[str, Any]]:
     """The worker's ``done`` message for ``request``, or None when this process is to render it."""
-    path = _socket(args)
+    try:
+        path = _socket(args)
+    except DittoError as error:  # no private folder for the default socket: no worker can be there
+        if args.worker == "start":
+            raise
+        progress.status(f"no warm worker ({error}); rendering here")
+        return None
     if args.worker == "start" and client.ask(path, {"type": "info"}) is None:
         client.start_worker(path, settings, DEFAULT_IDLE_MINUTES, status=progress.status)
     return client.hand_off(path, settings, request, progress.status, progress)
