@@ -232,6 +232,10 @@ def _hand_off(args: argparse.Namespace) -> Optional[int]:
 def _render(args: argparse.Namespace) -> int:
     out = render_cli(args)
     print(f"wrote {out}")
+    if args.worker == "auto" and not args.aot and sys.stderr.isatty() and worker_cli.protocol.supported():
+        # Found no worker: a person at a terminal learns that the next renders need not pay the start-up.
+        print("tip: `python -m ditto_core worker` keeps the models loaded, and renders started while it runs "
+              "skip this start-up (README: Warm worker)", file=sys.stderr)
     return 0
 
 

@@ -147,3 +147,21 @@ def test_eta_counts_only_the_recent_batches():
         clock.now += 1.0
     # The window has dropped the compile: 10 frames a second, 900 frames left.
     assert progress.line(100, 1000) == "rendering 100/1000 frames (10%), 10.0 frames/s, ETA 1:30"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("worker, terminal, aot, tip", [
+    ("auto", True, False, True), ("off", True, False, False), ("auto", False, False, False), ("auto", True, True, False),
+])
+def test_a_render_at_a_terminal_that_found_no_worker_points_to_one(monkeypatch, tmp_path, capsys, worker,
+                                                                  terminal, aot, tip):
+    monkeypatch.setattr(cli, "render_cli", lambda args: tmp_path / "talk.mp4")
+    err = _Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(cli.sys, "stderr", err)
+    assert cli._render(argparse.Namespace(worker=worker, aot=aot)) == 0
+    assert ("python -m ditto_core worker" in err.getvalue()) == tip
+    assert capsys.readouterr().out == f"wrote {tmp_path / 'talk.mp4'}\n"
