@@ -17,6 +17,7 @@ from ..render_request import RenderRequest, RenderSettings
 from . import client, protocol
 
 DEFAULT_IDLE_MINUTES = 30.0
+_SOCKET_DEFAULT = "$DITTO_WORKER_SOCKET, else worker.sock in $XDG_RUNTIME_DIR/comfyui-ditto or the user cache"
 
 WORKER_HELP = ("warm worker for render: loads the models once and renders the clips `render` hands it, each "
                "without a new process's start-up (torch import, model load, engine warm-up)")
@@ -29,8 +30,7 @@ def add_hand_off_flags(p: argparse.ArgumentParser) -> None:
                         f"here; start: start such a worker first if none runs (it exits after "
                         f"{DEFAULT_IDLE_MINUTES:g} idle minutes) (default: auto)")
     p.add_argument("--socket", type=Path, default=None,
-                   help="the warm worker's socket (default: $DITTO_WORKER_SOCKET, else worker.sock in "
-                        "$XDG_RUNTIME_DIR/comfyui-ditto or the user cache)")
+                   help=f"the warm worker's socket (default: {_SOCKET_DEFAULT})")
 
 
 def _socket(args: argparse.Namespace) -> Path:
@@ -59,8 +59,7 @@ def add_parser(sub: argparse._SubParsersAction, add_pipeline_flags: Callable[[ar
     add_pipeline_flags(p)
     p.add_argument("--seed", type=int, default=0, help="with --random-weights: the random networks' seed (default: 0)")
     p.add_argument("--socket", type=Path, default=None,
-                   help="where to listen (default: $DITTO_WORKER_SOCKET, else worker.sock in "
-                        "$XDG_RUNTIME_DIR/comfyui-ditto or the user cache)")
+                   help=f"where to listen (default: {_SOCKET_DEFAULT})")
     p.add_argument("--idle-minutes", type=_minutes, default=DEFAULT_IDLE_MINUTES,
                    help=f"exit after this long without a job, freeing the GPU; 0: never (default: {DEFAULT_IDLE_MINUTES:g})")
     p.add_argument("--status", action="store_true", help="print the running worker's state as JSON and exit")

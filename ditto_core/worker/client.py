@@ -165,7 +165,7 @@ def start_worker(path: Path, settings: RenderSettings, idle_minutes: float, wait
 def _lock_holder_alive(path: Path) -> bool:
     """Whether the process named in the socket's lock file (the worker holding it) is alive."""
     try:
-        pid = int(path.with_name(path.name + ".lock").read_text().strip())
+        pid = int(protocol.lock_file(path).read_text().strip())
         os.kill(pid, 0)
     except (OSError, ValueError):
         return False

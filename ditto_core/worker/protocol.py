@@ -51,6 +51,11 @@ def default_socket() -> Path:
 MAX_SOCKET_PATH_BYTES = 107 if sys.platform.startswith("linux") else 103
 
 
+def lock_file(path: Path) -> Path:
+    """The file beside the socket at ``path`` that the worker holding it locks and writes its pid to."""
+    return path.with_name(path.name + ".lock")
+
+
 def path_fits(path: Path) -> bool:
     return len(os.fsencode(path)) <= MAX_SOCKET_PATH_BYTES
 

@@ -278,7 +278,7 @@ def listening(path: Path) -> Iterator[socket.socket]:
     import fcntl  # POSIX only, as the sockets are
 
     protocol.private_folder(path, create=True)
-    lock = open(path.with_name(path.name + ".lock"), "a+")
+    lock = open(protocol.lock_file(path), "a+")
     try:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
