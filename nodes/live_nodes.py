@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any, Callable
 
 from comfy_api.latest import io
 
+from ditto_core.live.admission import MAX_LOAD, MAX_STREAMS
 from ditto_core.live.server import PREFIX, LiveAvatars, add_live_routes
 from ditto_core.motion.motion_options import MotionOptions
 from ditto_core.registration.source_info import SourceInfo
@@ -21,7 +23,27 @@ from .model_registry import REGISTRY, ModelHandle
 
 log = logging.getLogger(__name__)
 
-LIVE_AVATARS = LiveAvatars(max_streams=int(os.environ.get("DITTO_LIVE_MAX_STREAMS", "4")))
+
+def _setting(name: str, default, parse: Callable[[str], Any], valid: Callable[[Any], bool], meaning: str):
+    """An environment setting; a bad value is logged and the default used (ComfyUI must still load the pack)."""
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        value = parse(text)
+    except ValueError:
+        value = None
+    if value is None or not valid(value):
+        log.warning("Ditto live: %s=%r is not %s; using %r.", name, text, meaning, default)
+        return default
+    return value
+
+
+LIVE_AVATARS = LiveAvatars(
+    max_streams=_setting("DITTO_LIVE_MAX_STREAMS", MAX_STREAMS, int, lambda n: n >= 1, "a whole number of streams, 1 or more"),
+    max_load=_setting("DITTO_LIVE_MAX_LOAD", MAX_LOAD, float, lambda x: 0 <= x <= 1,
+                      "a share of the device's time between 0 and 1 (0: no limit)") or None,
+)
 """The avatars ComfyUI's live routes can open (process-wide, like REGISTRY)."""
 
 

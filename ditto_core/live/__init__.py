@@ -10,7 +10,7 @@ _EXPORTS = {
     "AvatarStream": "stream",
     "pcm_to_float": "stream",
     "BackpressureError": "runtime",
-    "CapacityError": "runtime",
+    "CapacityError": "admission",
     "LiveFrame": "output_frames",
     "LiveRuntime": "runtime",
     "RuntimeStopped": "runtime",

@@ -6,6 +6,18 @@ import argparse
 from pathlib import Path
 
 from ..precision import NETWORK_PRECISIONS
+from .admission import MAX_LOAD, MAX_STREAMS
+
+
+def device_share(text: str) -> float:
+    """``--max-load``: a share of the device's time in (0, 1], or 0 for no limit."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share of the device's time between 0 and 1 (0: no limit), got {text!r}")
+    return value
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -18,8 +30,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
     p.add_argument("--port", type=int, default=8765, help="port to listen on (default: 8765)")
     p.add_argument("--token", default=None, help="secret clients must send (?token=...); required off loopback")
-    p.add_argument("--max-streams", type=int, default=4, help="live streams admitted at once (bench_live.py "
-                                                              "measures what a device sustains)")
+    p.add_argument("--max-streams", type=int, default=MAX_STREAMS,
+                   help=f"live streams admitted at once (default {MAX_STREAMS}; bench_live.py measures what a device "
+                        "sustains)")
+    p.add_argument("--max-load", type=device_share, default=MAX_LOAD, metavar="SHARE",
+                   help="refuse a stream when the open ones and it would need more than this share of the device's "
+                        f"time, at the cost per frame measured as they run (default {MAX_LOAD}; 0: no limit)")
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda when available)")
     p.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp16",
                    help="image networks' precision (fp16: the fast path)")

@@ -51,6 +51,7 @@ from ..motion.motion_stitch import STREAM_BLINK_FRAMES, StitchChunk, stitch_setu
 from ..motion.stitch_graphs import RoundStitcher
 from ..precision import lmdm_precision_for
 from ..registration.source_info import SourceInfo
+from .admission import MAX_LOAD, MAX_STREAMS, DeviceLoad, check_admission, check_max_load, measure_load
 from .engine_renderer import BATCH_LADDER, EngineRenderer
 from .output_frames import H264Encoder, LiveFrame, encode_jpeg
 from .schedule import MotionWindow, OnlineAudio, OnlineMotion
@@ -74,10 +75,6 @@ class RuntimeStopped(DittoError):
     """The runtime was stopped while a stream was open (the server shut down, the models were unloaded)."""
 
 
-class CapacityError(DittoError):
-    """More live streams were asked for than the runtime admits."""
-
-
 class BackpressureError(DittoError):
     """A stream buffers more than it may: its client pushes faster than it reads."""
 
@@ -91,6 +88,7 @@ class RoundTiming:
     motion_s: float  # the motion thread's round: input, HuBERT, LMDM, stitching launched
     waited_s: float  # queued behind the round before it on the render thread
     render_s: float  # warp+decode, put-back and host copies of its frames, done
+    ended: float  # time.monotonic() when its frames were handed out
 
 
 class FrameRenderer(Protocol):
@@ -119,16 +117,24 @@ class LiveRuntime:
         round_frames: frames a round's windows may release (at least one window per round);
             default the largest of ``batch_ladder``. Windows due beyond it wait for the next
             round, which is sampled while this one renders.
+        max_load: refuse another stream (:class:`CapacityError`) when the open streams and it
+            would need more than this share of the device's time in real time, at the cost per
+            frame measured over the last rounds (:meth:`load`); None admits up to ``max_streams``
+            whatever the cost (a benchmark measuring past what the device sustains). Until a
+            second of video has been rendered there is nothing measured: streams opened at once
+            on an idle runtime are admitted on ``max_streams`` alone.
     """
 
     def __init__(
-        self, pipeline, max_streams: int = 4, renderer: Optional[FrameRenderer] = None, encoder_threads: int = 4,
-        compile: Optional[bool] = None, batch_ladder: tuple[int, ...] = BATCH_LADDER,
+        self, pipeline, max_streams: int = MAX_STREAMS, renderer: Optional[FrameRenderer] = None,
+        encoder_threads: int = 4, compile: Optional[bool] = None, batch_ladder: tuple[int, ...] = BATCH_LADDER,
         sampler_factory: Optional[Callable[[MotionOptions], DDIMSampler]] = None, stitch_graphs: bool = False,
-        round_frames: Optional[int] = None,
+        round_frames: Optional[int] = None, max_load: Optional[float] = MAX_LOAD,
     ) -> None:
         if not (isinstance(max_streams, int) and max_streams >= 1):
             raise InputError(f"max_streams must be a positive integer, got {max_streams!r}.")
+        check_max_load(max_load)
+        self.max_load = max_load
         round_frames = max(batch_ladder) if round_frames is None else round_frames
         if not (isinstance(round_frames, int) and round_frames >= 1):
             raise InputError(f"round_frames must be a positive integer, got {round_frames!r}.")
@@ -217,12 +223,7 @@ class LiveRuntime:
         models = self.pipeline.models
         options = self.pipeline.with_blink_table(options)
         with self._wake:
-            if len(self._streams) >= self.max_streams:
-                raise CapacityError(
-                    f"the server is at capacity: {len(self._streams)} of {self.max_streams} live streams are "
-                    "running on this device. Try again later, or start the server with a higher --max-streams "
-                    "if the device keeps up (bench/bench_live.py measures how many it sustains)."
-                )
+            check_admission(len(self._streams), self.max_streams, self.load(), self.max_load, FPS)
             stream_id = self._next_id
             self._next_id += 1
             # The stream's own tensors are made on the motion stream, which uses and frees them;
@@ -259,6 +260,10 @@ class LiveRuntime:
             self._streams[stream_id] = state
             self._wake.notify_all()
         return state
+
+    def load(self) -> Optional[DeviceLoad]:
+        """What the streams cost the device, from the last rounds (:func:`~.admission.measure_load`; any thread)."""
+        return measure_load(list(self._rounds), time.monotonic(), FPS)  # list(): one step; the render thread appends
 
     def push(self, state: StreamState, samples_16k: Tensor) -> None:
         """Queue speech for a stream (any thread); raises :class:`BackpressureError` past the buffer limit."""
@@ -309,6 +314,7 @@ class LiveRuntime:
 
     def stats(self, state: StreamState) -> dict:
         lat = sorted(state.chunk_latency)
+        load = self.load()
         return {
             "stream": state.id,
             "frames_out": state.motion.frames_out,
@@ -322,6 +328,7 @@ class LiveRuntime:
             "chunk_latency_p95_s": quantile(lat, 0.95),
             "active_streams": self.active_streams,
             "max_streams": self.max_streams,
+            "device_load": None if load is None else round(load.busy, 3),
         }
 
     def round_stats(self) -> dict:
@@ -650,9 +657,11 @@ class LiveRuntime:
                             torch.cuda.current_stream(self.device).wait_event(made)
                         started = time.monotonic()
                         frames = self._render_round(jobs)
+                        ended = time.monotonic()
                         self._rounds.append(RoundTiming(
                             windows=sum(job.motion is not None for job in jobs), frames=frames,
-                            motion_s=queued - began, waited_s=started - queued, render_s=time.monotonic() - started))
+                            motion_s=queued - began, waited_s=started - queued, render_s=ended - started,
+                            ended=ended))
         except BaseException as error:
             self._fail_all(error)
 

@@ -43,7 +43,8 @@ from ..errors import DittoError, InputError
 from ..motion.motion_options import MotionOptions
 from ..registration.source_info import SourceInfo
 from .output_frames import LiveFrame
-from .runtime import BackpressureError, CapacityError, LiveRuntime, RuntimeStopped
+from .admission import CapacityError
+from .runtime import BackpressureError, LiveRuntime, RuntimeStopped
 from .stream_state import StreamConfig
 from .stream import AvatarStream
 
@@ -523,7 +524,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             pipeline = DittoPipeline.from_model_dir(
                 args.models, cache_dir=args.cache_dir or Path(args.models) / "cache", **common)
-        avatars = LiveAvatars(max_streams=args.max_streams)
+        avatars = LiveAvatars(max_streams=args.max_streams, max_load=args.max_load or None)
         registration = RegistrationOptions(detect_face=not args.random_weights)
         for name, path in avatar_specs:
             frames, is_image = load_source(path)

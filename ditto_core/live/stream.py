@@ -70,7 +70,7 @@ class AvatarStream:
         options: motion options (fades are not available on streams).
         config: output format, size, idle animation, buffer limits.
 
-    Raises :class:`~ditto_core.live.runtime.CapacityError` when the runtime is full.
+    Raises :class:`~ditto_core.live.admission.CapacityError` when the runtime is full.
     """
 
     def __init__(
