@@ -60,6 +60,7 @@ class DittoTalkingHead(io.ComfyNode):
                 options: Optional[MotionOptions] = None) -> io.NodeOutput:
         # Settings first: a bad one must fail now, not after registration, audio and motion.
         check_encoder_options(crf, preset)
+        muxed = audio_for_mux(audio)
         motion_options = replace(options or MotionOptions(), steps=steps, seed=seed)
         pipeline = REGISTRY.pipeline(models)
         stage = staged_progress(_STAGES)
@@ -73,7 +74,7 @@ class DittoTalkingHead(io.ComfyNode):
                 if len(motion) == 0:
                     raise InputError("Ditto Talking Head: the audio yields no video frames; use at least 0.2 s of speech.")
                 path, saved = output_file(filename_prefix, source.frames.shape[2], source.frames.shape[1])
-                pipeline.render_video(source, motion, path, audio=audio_for_mux(audio), crf=crf, preset=preset,
+                pipeline.render_video(source, motion, path, audio=muxed, crf=crf, preset=preset,
                                       progress=stage(3), metadata=workflow_metadata(cls))
         return io.NodeOutput(InputImpl.VideoFromFile(path), ui=saved_video_ui(saved, timer.ui(len(motion))))
 

@@ -1,6 +1,8 @@
 """Load Ditto Models and Unload Ditto Models."""
 from __future__ import annotations
 
+from typing import Any
+
 from comfy_api.latest import io
 
 from ditto_core import download
@@ -75,15 +77,20 @@ class UnloadDittoModels(io.ComfyNode):
             node_id="DittoUnloadModels",
             display_name="Unload Ditto Models",
             description=(
-                "Releases Ditto's loaded networks, compiled engines and face/audio models. ComfyUI keeps every "
-                "node's last output cached, so VRAM held by sources, renders and frames is only freed when "
-                "those nodes re-run or are removed; the networks themselves are freed here. A later Ditto "
-                "node reloads them on demand."
+                "Releases Ditto's loaded networks, compiled engines and face/audio models. Connect 'after' to "
+                "the last Ditto output the workflow needs (Paste Back's frames, the talking-head VIDEO): ComfyUI "
+                "runs an output node as early as its inputs allow, so without it the models may be released "
+                "before the render and loaded again by it. ComfyUI keeps every node's last output cached, so VRAM "
+                "held by sources, renders and frames is only freed when those nodes re-run or are removed; the "
+                "networks themselves are freed here. A later Ditto node reloads them on demand."
             ),
             inputs=[
                 io.Boolean.Input("enabled", default=True, tooltip="Switch off to keep the models loaded."),
                 T.MODELS.Input("models", optional=True,
                                tooltip="Release this model set; leave unconnected to release every Ditto model set."),
+                io.AnyType.Input("after", optional=True,
+                                 tooltip="Any output (e.g. the frames or the VIDEO): the models are released only "
+                                         "once it is made. Its value is not used."),
             ],
             outputs=[],
             is_output_node=True,
@@ -91,7 +98,7 @@ class UnloadDittoModels(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, enabled: bool, models: ModelHandle | None = None) -> io.NodeOutput:
+    def execute(cls, enabled: bool, models: ModelHandle | None = None, after: Any = None) -> io.NodeOutput:
         released = REGISTRY.release(models) if enabled else 0
         return io.NodeOutput(ui={"text": [f"released {released} Ditto model set(s)"]})
 

@@ -13,6 +13,7 @@ from comfy.cli_args import args as comfy_args
 from comfy_api.latest import InputImpl, Types, io, ui
 from torch import Tensor
 
+from ditto_core.audio.validation import require_scaled_for_playback
 from ditto_core.errors import InputError
 from ditto_core.progress import ProgressCallback, report
 from ditto_core.render.rendered_frames import VideoFrames
@@ -34,7 +35,8 @@ IMAGE_WARN_BYTES = 8 << 30
 
 def audio_for_mux(audio: Optional[dict]) -> Optional[tuple[Tensor, int]]:
     """ComfyUI AUDIO -> ``(waveform (C, T), rate)`` for the writer; more than two channels are
-    mixed down to mono (AAC in MP4 is muxed as mono or stereo here)."""
+    mixed down to mono (AAC in MP4 is muxed as mono or stereo here). Samples far outside
+    [-1, 1] (another pack's integer PCM cast to float) are refused."""
     if audio is None:
         return None
     waveform = audio["waveform"]
@@ -44,7 +46,9 @@ def audio_for_mux(audio: Optional[dict]) -> Optional[tuple[Tensor, int]]:
         raise InputError(f"audio: expected a (1, channels, samples) waveform, got shape {tuple(waveform.shape)}.")
     if waveform.shape[0] > 2:
         waveform = waveform.mean(0, keepdim=True)
-    return waveform.float().cpu(), int(audio["sample_rate"])
+    waveform = waveform.float().cpu()
+    require_scaled_for_playback(waveform, "audio")
+    return waveform, int(audio["sample_rate"])
 
 
 def saved_video_ui(saved: ui.SavedResult, stats: dict) -> dict:
@@ -193,6 +197,8 @@ class FramesToVideo(io.ComfyNode):
 
     @classmethod
     def execute(cls, frames: VideoFrames, audio: Optional[dict] = None) -> io.NodeOutput:
+        if audio is not None:
+            audio_for_mux(audio)  # the checks only: the VIDEO keeps the AUDIO as it came
         with timed_stage("Frames to VIDEO") as timer:
             components = Types.VideoComponents(images=frames_to_image(frames, comfy_progress(len(frames))),
                                                frame_rate=Fraction(frames.fps).limit_denominator(1001), audio=audio)

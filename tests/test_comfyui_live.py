@@ -256,6 +256,32 @@ def test_comfyuis_unload_models_frees_dittos_networks(comfy):
     assert load_models("fp32") == loaded + 1, "POST /free did not unload Ditto's networks"
 
 
+def test_unload_wired_after_a_ditto_output_releases_the_models_once_it_is_made(comfy):
+    """ComfyUI runs an output node as early as its inputs allow: Unload Ditto Models fed only by
+    Load Ditto Models would release the set before the registration, which would load it again.
+    With ``after`` connected to the avatar it runs last, so the next prompt loads the set anew."""
+    url, base = comfy
+    log = base / "comfyui.log"
+
+    def register(crop_scale: float, unload: bool) -> int:
+        # A new crop makes the registration run again; use_cache off makes it need the networks.
+        _run_prompt(url, {
+            "1": {"class_type": "DittoLoadModels",
+                  "inputs": {"model_folder": ".", "device": "cpu", "precision": "fp32", "download_missing": False}},
+            "2": {"class_type": "LoadImage", "inputs": {"image": "ditto_portrait.jpg"}},
+            "3": {"class_type": "DittoRegisterAvatar",
+                  "inputs": {"models": ["1", 0], "image": ["2", 0], "detect_face": False, "use_cache": False,
+                             "crop_scale": crop_scale, "crop_vx_ratio": 0.0, "crop_vy_ratio": -0.125,
+                             "face_index": -1, "max_size": 512, "video_smoothing": 13}},
+            "4": {"class_type": "DittoUnloadModels", "inputs": {"enabled": unload, "models": ["1", 0], "after": ["3", 0]}},
+        })
+        return log.read_text().count("Requested to load DittoNetworks")
+
+    register(2.3, unload=False)  # the set is loaded now, whatever earlier tests left
+    loaded = register(2.31, unload=True)
+    assert register(2.32, unload=False) == loaded + 1, "Unload ran before the registration it was wired after"
+
+
 def test_a_published_avatar_streams_from_comfyuis_own_server_until_its_models_are_unloaded(comfy):
     """Publish Live Avatar in a queued prompt: the avatar's runtime warms up in the background,
     /ditto/live/avatars says when it is ready, a WebSocket stream gets its first frames in order;

@@ -261,6 +261,27 @@ def test_cancelled_save_leaves_no_file(frames, comfy_base):
     assert list((comfy_base / "output" / "cancelled").iterdir()) == []
 
 
+@pytest.mark.reliability(area="Audio", case="AUDIO of integer range cast to float (another pack's), into a saving node",
+                         behaviour="InputError naming the peak before anything is encoded: muxed it would play as "
+                                   "loud, clipped noise; divide by 32768")
+@pytest.mark.parametrize("node", ["DittoSaveVideo", "DittoFramesToVideo", "DittoTalkingHead"])
+def test_audio_of_integer_range_is_refused_before_it_is_muxed(node, frames, fast_handle, portrait, comfy_base,
+                                                               monkeypatch):
+    loud = speech()
+    loud["waveform"] = loud["waveform"] * 32767
+    if node == "DittoTalkingHead":  # refused before any stage runs
+        monkeypatch.setattr(REGISTRY, "pipeline", lambda handle: pytest.fail("the clip started before the check"))
+        inputs = dict(models=fast_handle, image=portrait, steps=2, seed=3, detect_face=False,
+                      filename_prefix="loud/clip", crf=23, preset="ultrafast")
+    elif node == "DittoSaveVideo":
+        inputs = dict(frames=frames[0], filename_prefix="loud/clip", crf=23, preset="ultrafast")
+    else:
+        inputs = dict(frames=frames[0])
+    with pytest.raises(InputError, match=r"audio: samples reach \d+\.\d, far outside \[-1, 1\].*divide by 32768"):
+        NODES[node].execute(audio=loud, **inputs)
+    assert not (comfy_base / "output" / "loud").exists() or not list((comfy_base / "output" / "loud").iterdir())
+
+
 def test_frames_to_image_and_video(frames):
     image = NODES["DittoFramesToImage"].execute(frames=frames[0])[0]
     assert image.shape == (8, 256, 256, 3) and image.dtype == torch.float32 and image.device.type == "cpu"

@@ -243,6 +243,13 @@ def test_unload_node_releases_and_never_caches():
     assert out.ui == {"text": ["released 0 Ditto model set(s)"]}
 
 
+def test_unload_node_can_be_ordered_after_any_output():
+    """An optional input of any type: what it is wired to must exist before the node runs."""
+    schema = next(n for n in NODES if n.GET_SCHEMA().node_id == "DittoUnloadModels").GET_SCHEMA()
+    after = next(i for i in schema.inputs if i.id == "after")
+    assert after.get_io_type() == "*" and after.optional
+
+
 def test_progress_drives_the_bar_and_honours_interrupts():
     comfy.utils.UPDATES.clear()
     progress = comfy_progress(4)

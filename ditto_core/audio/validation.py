@@ -51,6 +51,18 @@ def require_finite(waveform: Tensor, name: str, sample_rate: int) -> None:
         )
 
 
+def require_scaled_for_playback(waveform: Tensor, name: str) -> None:
+    """Raise when float samples reach far outside [-1, 1]: muxed into a video they would play as
+    loud, clipped noise (lip motion is only warned about, by :func:`warn_on_level`)."""
+    peak = float(waveform.detach().abs().amax()) if waveform.numel() else 0.0
+    if peak > UNSCALED_PEAK:
+        raise InputError(
+            f"{name}: samples reach {peak:.1f}, far outside [-1, 1]; muxed as they are, the speech would play as "
+            "loud, clipped noise. Scale float audio to [-1, 1] where it is made (integer PCM cast to float: "
+            "divide by 32768)."
+        )
+
+
 def warn_on_level(waveform: Tensor, name: str) -> None:
     """Log a warning for silent, clipped or out-of-range speech (finite samples assumed)."""
     magnitude = waveform.detach().abs()

@@ -190,6 +190,11 @@ class Video(ComfyTypeIO):
     pass
 
 
+@comfytype("*")
+class AnyType(ComfyTypeIO):
+    pass
+
+
 class HiddenHolder:
     def __init__(self, values: Optional[dict] = None):
         self._values = values or {}
