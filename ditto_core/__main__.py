@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import sys
 import tempfile
@@ -19,9 +18,10 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence, TextIO
 
 from .batch import cli as batch_cli
+from .cli_types import int_in, positive_seconds
 from .errors import DittoError
 from .live import cli as live_cli
-from .motion.option_values import EMOTIONS, MAX_STEPS
+from .motion.option_values import EMOTIONS, MAX_SEED, MAX_STEPS
 from .precision import LMDM_PRECISION_CHOICES, NETWORK_PRECISIONS
 from .process_exit import exit_now
 from .render_request import RenderRequest, RenderSettings
@@ -30,7 +30,6 @@ from .video.x264_presets import X264_PRESETS
 from .worker import cli as worker_cli
 
 log = logging.getLogger(__name__)
-MAX_SEED = 2**64 - 1
 MAX_CRF = 51
 
 
@@ -42,30 +41,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 # -- option types: each refuses a bad value with the reason; argparse adds the flag's name --------
-
-
-def _int_in(low: int, high: Optional[int] = None) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < low or (high is not None and value > high):
-            allowed = f"{low} or more" if high is None else f"{low} to {high}"
-            raise argparse.ArgumentTypeError(f"{value} is out of range: {allowed}")
-        return value
-
-    return parse
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text} must be a positive number of seconds")
-    return value
 
 
 def _emotion(text: str) -> int:
@@ -150,7 +125,7 @@ def add_pipeline_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp32",
                    help="image networks' precision: fp32 reproduces Ditto, fp16 and bf16 are the GPU fast paths "
                         "(default: fp32)")
-    p.add_argument("--batch-size", type=_int_in(0), default=0,
+    p.add_argument("--batch-size", type=int_in(0), default=0,
                    help="frames per warp+decode batch (default: 0, chosen from free VRAM)")
     p.add_argument("--cache-dir", type=Path, default=None, help="avatar cache folder (default: <--models>/cache)")
 
@@ -178,34 +153,34 @@ def _add_render(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, type=_output_mp4,
                    help="output .mp4 path (written atomically; missing folders are created)")
     add_pipeline_flags(p)
-    p.add_argument("--steps", type=_int_in(1, MAX_STEPS), default=25,
+    p.add_argument("--steps", type=int_in(1, MAX_STEPS), default=25,
                    help=f"DDIM steps of the motion diffusion, 1 to {MAX_STEPS} (default: 25; the reference uses 50)")
     p.add_argument("--lmdm-precision", choices=LMDM_PRECISION_CHOICES, default="auto",
                    help="motion diffusion arithmetic: fp32 reproduces Ditto; tf32 and bf16 are faster; auto is fp32 "
                         "with --precision fp32 and tf32 with fp16 or bf16 (default: auto)")
     p.add_argument("--lmdm-compile", action="store_true",
                    help="torch.compile the motion diffusion steps (pays off with --lmdm-precision bf16 on long clips)")
-    p.add_argument("--seed", type=_int_in(0, MAX_SEED), default=0,
+    p.add_argument("--seed", type=int_in(0, MAX_SEED), default=0,
                    help="seed of the motion diffusion's noise, 0 to 2**64-1 (default: 0)")
     p.add_argument("--emo", type=_emotion, default="neutral",
                    help=f"emotion the face shows while speaking, by name or number: {EMOTION_HELP} (default: neutral)")
-    p.add_argument("--blinks", type=_int_in(-1), default=0,
+    p.add_argument("--blinks", type=int_in(-1), default=0,
                    help="procedural blinks (need ditto_cfg/v0.4_hubert_cfg_pytorch.pkl under --models): -1 off, "
                         "0 random 60-100 open-eye frames between blinks (Ditto's default), N > 0 exactly N")
     p.add_argument("--eye-lock", action="store_true",
                    help="condition every frame on the eye state of the source's first frame (steadier eyes)")
-    p.add_argument("--crf", type=_int_in(0, MAX_CRF), default=18,
+    p.add_argument("--crf", type=int_in(0, MAX_CRF), default=18,
                    help=f"x264 quality, 0 (lossless) to {MAX_CRF}: lower is better and larger (default: 18)")
     p.add_argument("--preset", choices=X264_PRESETS, default=None,
                    help="x264 speed preset; slower presets make smaller files (default: chosen from the CPU count)")
-    p.add_argument("--encoders", type=_int_in(1), default=None,
+    p.add_argument("--encoders", type=int_in(1), default=None,
                    help="x264 instances encoding segments of the clip in parallel (default: 1, the fastest on the "
                         "hosts measured; more can pay on many-core hosts with slow presets)")
     p.add_argument("--aot", action="store_true",
                    help="experimental: render with an AOTInductor package of the engine from the user cache (no "
                         "compile in a new process); a missing one is built after the run by a detached process. "
                         "Off by default: on the H200 with torch 2.11 loading a CUDA package crashed (docs/PERFORMANCE.md)")
-    p.add_argument("--max-seconds", type=_positive_seconds, default=None,
+    p.add_argument("--max-seconds", type=positive_seconds, default=None,
                    help="render only the first N seconds of speech (default: all of it)")
     worker_cli.add_hand_off_flags(p)
     # one_shot: the process ends right after the MP4 is out (main's exit_fast); the batch and

@@ -62,6 +62,78 @@ def test_bad_lines_fail_alone_with_line_and_field(inputs, tmp_path):
     assert str(inputs / "missing.png") in errors[3]
 
 
+@pytest.mark.reliability(area="Batch", case="hostile jobs.jsonl lines (deep nesting, huge numbers, repeated "
+                         "keys, unreadable or overlong paths, outputs nested in each other, infinite or wrong-typed "
+                         "options)", behaviour="that line fails with a message naming the line and the field; "
+                         "the other lines run")
+def test_hostile_lines_fail_alone(inputs, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "taken").write_bytes(b"a file where a folder is needed")
+    (out / "folder.mp4").mkdir()
+    lines = {
+        "nested": "[" * 100_000,
+        "digits": '{"source": "face.png", "audio": "speech.wav", "output": "x.mp4", "options": {"seed": 1%s}}'
+                  % ("0" * 5000),
+        "repeated": '{"source": "face.png", "audio": "speech.wav", "output": "r.mp4", "output": "s.mp4"}',
+        "no user": {**_job("u.mp4"), "source": "~no_such_user_zz/face.png"},
+        "long source": {**_job("l.mp4"), "source": "a" * 300 + ".png"},
+        "unreadable": {**_job("p.mp4"), "source": "/proc/self/mem"},
+        "parent": _job("n.mp4"),
+        "child": _job("n.mp4/inner.mp4"),
+        "control": _job("tab\tname.mp4"),
+        "long output": _job("L" * 250 + ".mp4"),
+        "under a file": _job("taken/t.mp4"),
+        "a folder": _job("folder.mp4"),
+        "infinite": '{"source": "face.png", "audio": "speech.wav", "output": "i.mp4", "options": {"max_seconds": Infinity}}',
+        "rotation": _job("o.mp4", crop_flag_do_rot="abc"),
+        "scale type": _job("c.mp4", crop_scale="2"),
+        "keys": _job("k.mp4", use_d_keys=[["exp"]]),
+        "good": _job("good.mp4"),
+        "outer": _job("m/inner.mp4"),
+        "inner first": _job("m"),
+    }
+    parsed = parse_jobs(_write_jobs(inputs, lines.values()), out, "settings")
+    by_case = dict(zip(lines, parsed))
+    assert [p.name for p in parsed if isinstance(p, Job)] == ["n.mp4", "good.mp4", "inner.mp4"]
+    expected = {
+        "nested": "nested too deeply", "digits": "not valid JSON", "repeated": "'output' is given twice",
+        "no user": "field source: cannot use", "long source": "field source: cannot use",
+        "unreadable": "field source: cannot read /proc/self/mem",
+        "child": "lies inside line 7's output n.mp4", "control": "control character",
+        "long output": "longer than 200 bytes", "under a file": "is a file, not a folder",
+        "a folder": "is a folder; give the name of an MP4", "infinite": "options.max_seconds",
+        "rotation": "crop_flag_do_rot must be True or False", "scale type": "crop_scale must be a number",
+        "keys": "MotionOptions.use_d_keys", "inner first": "must end in .mp4",
+    }
+    for case, fragment in expected.items():
+        item = by_case[case]
+        assert isinstance(item, JobLineError) and fragment in item.message, (case, item)
+        assert item.message.startswith(f"jobs.jsonl line {item.line}"), item.message
+
+
+def test_a_folder_of_a_later_output_is_refused_in_either_order(inputs, tmp_path):
+    parsed = parse_jobs(_write_jobs(inputs, [_job("a.mp4/b.mp4"), _job("a.mp4")]), tmp_path / "out", "s")
+    assert isinstance(parsed[0], Job)
+    assert isinstance(parsed[1], JobLineError) and "is a folder of line 1's output" in parsed[1].message
+
+
+def test_line_numbers_count_only_newlines_and_a_bom_is_skipped(inputs, tmp_path):
+    jobs_file = inputs / "jobs.jsonl"
+    spaced = json.dumps(_job("a.mp4", seed=1), ensure_ascii=False)
+    split_char = json.dumps({**_job("b.mp4"), "note": "x\u2028y"}, ensure_ascii=False)  # an unknown field: line 3 fails
+    jobs_file.write_text("\ufeff" + spaced + "\r\n\f\n" + split_char + "\n" + json.dumps(_job("c.mp4")) + "\n",
+                         encoding="utf-8")
+    parsed = parse_jobs(jobs_file, tmp_path / "out", "s")
+    assert [(p.line, type(p).__name__) for p in parsed] == [(1, "Job"), (3, "JobLineError"), (4, "Job")]
+    assert "unknown field 'note'" in parsed[1].message
+
+
+def test_a_jobs_file_without_jobs_is_refused(inputs, tmp_path):
+    with pytest.raises(DittoError, match="holds no jobs"):
+        parse_jobs(_write_jobs(inputs, ["", "   "]), tmp_path / "out", "s")
+
+
 def test_job_hash_covers_inputs_options_and_settings(inputs, tmp_path):
     jobs_file = _write_jobs(inputs, [_job("a.mp4", seed=1), _job("b.mp4", seed=2), _job("c.mp4", seed=1)])
     a, b, c = parse_jobs(jobs_file, tmp_path, "settings-1")
@@ -169,3 +241,23 @@ def test_ray_missing_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets where Ray is not installed
     with pytest.raises(DittoError, match=r"--ray needs Ray.*pip install ray"):
         import_ray()
+
+
+@pytest.mark.reliability(area="Batch", case="--shard: the driver cannot join a job's segments",
+                         behaviour="that job fails with the reason, its segment folder is removed; the batch goes on")
+def test_a_sharded_job_whose_join_fails_fails_alone(inputs, tmp_path):
+    from ditto_core.batch.driver import _run_sharded
+
+    class Planning(FakePool):
+        def submit(self, worker, task):  # motion of 5 frames; the ranges "render" without writing a segment
+            value = list(range(5)) if task.method == "plan_clip" else {"frames": 1}
+            self.events.append(Event("done", worker, ("ok", value)))
+
+    out = tmp_path / "out"
+    first, second = parse_jobs(_write_jobs(inputs, [_job("a.mp4"), _job("b.mp4")]), out, "s")
+    scheduler = Scheduler(Planning(["w0", "w1"]))
+    records = [_run_sharded(job, scheduler, out) for job in (first, second)]
+    assert [r.status for r in records] == ["failed", "failed"]
+    assert records[0].error.startswith("line 1 (a.mp4): ") and records[1].error.startswith("line 2 (b.mp4): ")
+    assert "speech.wav" in records[0].error  # the clip's speech could not be read for the join
+    assert not list(out.iterdir())  # no segment folder, no partial MP4

@@ -165,3 +165,45 @@ def test_a_render_at_a_terminal_that_found_no_worker_points_to_one(monkeypatch, 
     assert cli._render(argparse.Namespace(worker=worker, aot=aot)) == 0
     assert ("python -m ditto_core worker" in err.getvalue()) == tip
     assert capsys.readouterr().out == f"wrote {tmp_path / 'talk.mp4'}\n"
+
+
+@pytest.fixture
+def batch_argv(tmp_path, monkeypatch):
+    """A batch command line whose pool must never start: the flags are refused first."""
+    from ditto_core.batch import cli as batch_cli
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a worker pool was made before the flags were checked")
+
+    monkeypatch.setattr(batch_cli, "make_pool", refuse)
+    (tmp_path / "jobs.jsonl").write_text("{}\n")
+    return ["batch", str(tmp_path / "jobs.jsonl"), "--out", str(tmp_path / "out"), "--random-weights"]
+
+
+@pytest.mark.parametrize("flag, value, reason", [
+    ("--seed", "-1", "-1 is out of range"),
+    ("--batch-size", "-5", "-5 is out of range: 0 or more"),
+    ("--workers", "0", "0 is out of range: 1 or more"),
+    ("--attempts", "0", "0 is out of range: 1 or more"),
+])
+def test_batch_flags_are_refused_by_name(batch_argv, capsys, flag, value, reason):
+    with pytest.raises(SystemExit) as caught:
+        cli.main(batch_argv + [flag, value])
+    err = capsys.readouterr().err
+    assert caught.value.code == 2 and f"batch: error: argument {flag}: " in err and reason in err, err
+
+
+@pytest.mark.parametrize("case", ["out is a file", "report is a folder", "fp16 without a GPU"])
+def test_batch_places_and_precision_are_checked_before_any_worker(batch_argv, capsys, tmp_path, case):
+    if case == "out is a file":
+        (tmp_path / "out").write_bytes(b"")
+        extra, reason = [], "--out: "
+    elif case == "report is a folder":
+        extra, reason = ["--report", str(tmp_path)], "--report: "
+    else:
+        if torch.cuda.is_available():
+            pytest.skip("checks a machine without CUDA")
+        extra, reason = ["--precision", "fp16"], "--precision fp16 is a GPU fast path"
+    assert cli.main(batch_argv + extra) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and reason in err and "Traceback" not in err, err

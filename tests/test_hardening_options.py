@@ -155,12 +155,12 @@ class WidgetCase:
 
 REFUSED = "at the bounds it runs; beyond them, InputError naming the option and its range, and nothing is written."
 CASES = [
-    WidgetCase("DittoRegisterAvatar", "crop_scale", 0.95, 5.05, "crop_scale must be between 1.0 and 5.0",
-               "crop_scale must be between 1.0 and 5.0", f"1.0 to 5.0: {REFUSED}"),
-    WidgetCase("DittoRegisterAvatar", "crop_vx_ratio", -1.005, 1.005, "crop_vx_ratio must be between -1.0 and 1.0",
-               "crop_vx_ratio must be between -1.0 and 1.0", f"-1.0 to 1.0: {REFUSED}"),
-    WidgetCase("DittoRegisterAvatar", "crop_vy_ratio", -1.005, 1.005, "crop_vy_ratio must be between -1.0 and 1.0",
-               "crop_vy_ratio must be between -1.0 and 1.0", f"-1.0 to 1.0: {REFUSED}"),
+    WidgetCase("DittoRegisterAvatar", "crop_scale", 0.95, 5.05, "crop_scale must be a number between 1.0 and 5.0",
+               "crop_scale must be a number between 1.0 and 5.0", f"1.0 to 5.0: {REFUSED}"),
+    WidgetCase("DittoRegisterAvatar", "crop_vx_ratio", -1.005, 1.005, "crop_vx_ratio must be a number between -1.0 and 1.0",
+               "crop_vx_ratio must be a number between -1.0 and 1.0", f"-1.0 to 1.0: {REFUSED}"),
+    WidgetCase("DittoRegisterAvatar", "crop_vy_ratio", -1.005, 1.005, "crop_vy_ratio must be a number between -1.0 and 1.0",
+               "crop_vy_ratio must be a number between -1.0 and 1.0", f"-1.0 to 1.0: {REFUSED}"),
     WidgetCase("DittoRegisterAvatar", "face_index", -2, 64, "face_index must be None .* or a face number >= 0",
                r"face_index 64 is out of range: 1 face\(s\)",
                "-1 (largest face) to 63; an index past the faces found, or below -1, is refused with the number "
@@ -168,15 +168,16 @@ CASES = [
     WidgetCase("DittoRegisterAvatar", "max_size", 254, MAX_SOURCE_SIDE + 2, "max_size must be a whole number of "
                f"pixels between 256 and {MAX_SOURCE_SIDE}", "max_size must be a whole number of pixels between",
                f"256 to {MAX_SOURCE_SIDE} px: {REFUSED}"),
-    WidgetCase("DittoRegisterAvatar", "video_smoothing", 0, 64, r"smo_k_s must be a whole number >= 1", None,
-               "1 (off) to 63; 0 is refused; wider windows are accepted and average over the whole clip."),
+    WidgetCase("DittoRegisterAvatar", "video_smoothing", 0, 64, r"smo_k_s must be a whole number from 1 \(no smoothing\) to 1001", None,
+               "1 (off) to 63; 0 is refused; wider windows up to 1001 are accepted and average over the whole "
+               "clip."),
     *[WidgetCase("DittoMotionOptions", f"{axis}_offset", -MAX_POSE_OFFSET - 0.5, MAX_POSE_OFFSET + 0.5,
                  f"delta_{axis}=-60.5 is not allowed: expected degrees between -60 and 60",
                  f"delta_{axis}=60.5 is not allowed: expected degrees between -60 and 60",
                  f"-60 to 60 degrees: {REFUSED}") for axis in ("pitch", "yaw", "roll")],
-    *[WidgetCase("DittoMotionOptions", name, -1, 251, rf"{name}=-1 is not allowed: expected an integer >= 0", None,
-                 "0 to 250 frames; negative is refused; longer fades are accepted (one longer than the clip "
-                 "never completes).") for name in ("fade_in", "fade_out")],
+    *[WidgetCase("DittoMotionOptions", name, -1, 251, rf"{name}=-1 is not allowed: expected an integer in \[0, 1000000\]",
+                 None, "0 to 250 frames; negative is refused; longer fades up to a million frames are accepted "
+                 "(one longer than the clip never completes).") for name in ("fade_in", "fade_out")],
     WidgetCase("DittoLMDMSampler", "steps", 0, MAX_STEPS + 1, r"steps=0 is not allowed: expected an integer in "
                r"\[1, 1000\]", r"steps=1001 is not allowed", f"1 to 1000 DDIM steps: {REFUSED}"),
     WidgetCase("DittoLMDMSampler", "seed", -1, SEED_MAX + 1, r"seed=-1 is not allowed", r"seed=18446744073709551616 "
@@ -184,7 +185,7 @@ CASES = [
     WidgetCase("DittoLMDMSampler", "overlap", -1, 80, r"overlap_v2=-1 is not allowed", r"overlap_v2=80 is not "
                r"allowed: expected an integer in \[0, 79\]", f"0 to 79 frames of the 80-frame window: {REFUSED}"),
     WidgetCase("DittoLMDMSampler", "smoothing", 0, 32, r"smo_k_d=0 is not allowed", None,
-               "1 (off) to 31; 0 is refused; wider windows are accepted and smooth the pose more."),
+               "1 (off) to 31; 0 is refused; wider windows up to 1001 are accepted and smooth the pose more."),
     WidgetCase("DittoWarpDecode", "batch_size", -1, MAX_BATCH + 1, "batch_size must be >= 0", None,
                f"0 (automatic) to {MAX_BATCH}; negative is refused; larger batches are accepted and only cost "
                "memory."),

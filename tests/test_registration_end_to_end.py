@@ -172,10 +172,27 @@ def test_face_selection_largest_or_left_to_right():
 
 
 def test_invalid_options_are_input_errors(portrait):
-    with pytest.raises(InputError, match="crop_scale must be between"):
+    with pytest.raises(InputError, match="crop_scale must be a number between"):
         register_avatar(portrait, _tiny_extractors(), None, RegistrationOptions(crop_scale=0.0), device="cpu")
     with pytest.raises(InputError, match="smo_k_s"):
         RegistrationOptions(smo_k_s=0).validate()
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("crop_scale", "2", "crop_scale must be a number between 1.0 and 5.0 .*got '2'"),
+    ("crop_scale", True, "crop_scale must be a number"),
+    ("crop_vx_ratio", False, "crop_vx_ratio must be a number"),
+    ("crop_vy_ratio", float("nan"), "crop_vy_ratio must be a number"),
+    ("crop_flag_do_rot", "abc", "crop_flag_do_rot must be True or False"),
+    ("crop_flag_do_rot", None, "crop_flag_do_rot must be True or False"),
+    ("smo_k_s", True, "smo_k_s must be a whole number from 1"),
+    ("smo_k_s", 10**19, "smo_k_s must be a whole number from 1 .* to 1001"),
+    ("max_size", 1024.0, "max_size must be a whole number"),
+    ("face_index", True, "face_index must be None"),
+])
+def test_options_of_the_wrong_type_are_named(field, value, expected):
+    with pytest.raises(InputError, match=expected):
+        RegistrationOptions(**{field: value}).validate()
 
 
 def test_no_detector_mode_without_any_aux_model(portrait, caplog):

@@ -10,6 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+from ..cli_types import int_in
+from ..errors import InputError
+from ..motion.option_values import MAX_SEED
 from ..precision import NETWORK_PRECISIONS
 
 EPILOG = """\
@@ -28,10 +31,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="folder with the official Ditto files (default: models/ditto)")
     p.add_argument("--random-weights", action="store_true",
                    help="smoke mode: random networks, no face detector (see `render --help`)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    p.add_argument("--seed", type=int_in(0, MAX_SEED), default=0, help="seed of the random weights")
     p.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp32",
                    help="image networks' precision: fp32, or fp16 / bf16 on a GPU (the fast path)")
-    p.add_argument("--batch-size", type=int, default=0, help="frames per warp+decode batch (0: from free VRAM)")
+    p.add_argument("--batch-size", type=int_in(0), default=0, help="frames per warp+decode batch (0: from free VRAM)")
     p.add_argument("--no-compile", action="store_true", help="run warp+decode eagerly (no torch.compile)")
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="avatar cache shared by the workers (default: <models>/cache, with --random-weights "
@@ -39,9 +42,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ray", metavar="ADDRESS", default=None,
                    help="run on a Ray cluster: auto (the cluster this machine belongs to) or its address "
                         "(needs `pip install ray`)")
-    p.add_argument("--workers", type=int, default=None,
+    p.add_argument("--workers", type=int_in(1), default=None,
                    help="number of workers (default: one per GPU; on a machine or cluster without GPUs, 1)")
-    p.add_argument("--attempts", type=int, default=3,
+    p.add_argument("--attempts", type=int_in(1), default=3,
                    help="workers a job may be handed to when its worker dies under it (default 3)")
     p.add_argument("--shard", action="store_true",
                    help="render each job across all workers in turn (one long clip: frame ranges in parallel)")
@@ -59,10 +62,6 @@ def settings_from_args(args: argparse.Namespace):
 
 
 def make_pool(args: argparse.Namespace, settings):
-    if args.workers is not None and args.workers < 1:
-        from ..errors import InputError
-
-        raise InputError(f"--workers must be at least 1, got {args.workers}")
     if args.ray is not None:
         from .ray_pool import RayPool
 
@@ -76,10 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from .driver import run_batch
     from .scheduler import Scheduler
 
-    if args.attempts < 1:
-        from ..errors import InputError
-
-        raise InputError(f"--attempts must be at least 1, got {args.attempts}")
+    check_places(args)
     pool = make_pool(args, settings_from_args(args))
     bar = None if args.no_progress else ProgressBar()
     try:
@@ -96,6 +92,26 @@ def run(args: argparse.Namespace) -> int:
     print(f"{summary['done']} done, {summary['skipped']} skipped, {summary['failed']} failed in "
           f"{summary['seconds']:.1f} s; report: {args.report or args.out / 'batch_report.json'}")
     return 1 if summary["failed"] else 0
+
+
+def check_places(args: argparse.Namespace) -> None:
+    """Refuse, before any worker starts, an output folder or report path that cannot be written
+    and fp16/bf16 on a machine whose workers would run on the CPU."""
+    if args.out.exists() and not args.out.is_dir():
+        raise InputError(f"--out: {args.out} is a file; give a folder for the MP4s and their records")
+    if args.report is not None:
+        if args.report.is_dir():
+            raise InputError(f"--report: {args.report} is a folder; give the path of a .json file")
+        try:
+            args.report.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise InputError(f"--report: cannot create the folder {args.report.parent} ({error})") from None
+    if args.precision != "fp32" and args.ray is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError(f"--precision {args.precision} is a GPU fast path and this machine's workers run on the "
+                             "CPU (PyTorch sees no CUDA GPU); use --precision fp32")
 
 
 class ProgressBar:

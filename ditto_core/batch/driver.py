@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..atomic_files import atomic_write_bytes, reap_stale_temporaries
+from ..errors import InputError
 from .jobs import Job, JobLineError, finished, parse_jobs, remove_partial_files, write_sidecar
 from .runner import PipelineSettings, clip_audio
 from .scheduler import Outcome, Scheduler, Task
@@ -59,7 +60,10 @@ def run_batch(jobs_file: Path, out_dir: Path, scheduler: Scheduler, *, shard: bo
     settings: PipelineSettings = scheduler.pool.settings
     began = time.perf_counter()
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InputError(f"batch: cannot create the output folder {out_dir} ({error})") from None
     reap_stale_temporaries(out_dir)  # what workers of a killed earlier run left behind
     records: dict[int, JobRecord] = {}
     todo: list[Job] = []
@@ -109,35 +113,48 @@ def _job_record(job: Job, outcome: Outcome) -> JobRecord:
 
 
 def _run_sharded(job: Job, scheduler: Scheduler, out_dir: Path) -> JobRecord:
-    from ..video.joiner import join_segments
-
     began = time.perf_counter()
     planned = scheduler.run([Task(f"{job.name} motion", "plan_clip", (job,))])[0]
     if planned.status != "ok":
         return _job_record(job, planned)
-    plan = planned.value
     folder = out_dir / f".segments-{job.output.stem}-{job.job_hash[:12]}"
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
     try:
-        ranges = segment_ranges(len(plan), len(scheduler.usable))
-        tasks = [Task(f"{job.name} frames {a}-{b}", "render_range", (job, plan, a, b, folder / f"part-{i:04d}.mp4"))
-                 for i, (a, b) in enumerate(ranges)]
-        outcomes = scheduler.run(tasks)
+        outcomes = _render_and_join(job, planned.value, scheduler, folder)
         failed = next((o for o in outcomes if o.status != "ok"), None)
-        if failed is not None:
-            return _job_record(job, failed)
-        join_segments([t.args[4] for t in tasks], job.output, audio=clip_audio(job))
+        if failed is None:
+            frames = len(planned.value)
+            seconds = time.perf_counter() - began
+            segments = [{"frames": list(o.task.args[2:4]), "seconds": o.seconds, "worker": o.worker,
+                         "attempts": o.task.attempts} for o in outcomes]
+            details = {"motion_seconds": planned.seconds, "segments": segments}
+            write_sidecar(job, {"frames": frames, "seconds": seconds, "sharded": details})
+    except Exception as error:  # noqa: BLE001 - the driver's share of one job fails that job, not the batch
+        remove_partial_files(job.output)
+        return JobRecord(job.line, job.name, "failed", seconds=time.perf_counter() - began,
+                         error=f"line {job.line} ({job.name}): {type(error).__name__}: {error}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    seconds = time.perf_counter() - began
-    segments = [{"frames": [a, b], "seconds": o.seconds, "worker": o.worker, "attempts": o.task.attempts}
-                for (a, b), o in zip(ranges, outcomes)]
-    details = {"motion_seconds": planned.seconds, "segments": segments}
-    write_sidecar(job, {"frames": len(plan), "seconds": seconds, "sharded": details})
-    return JobRecord(job.line, job.name, "done", seconds=seconds, frames=len(plan), fps=len(plan) / seconds,
+    if failed is not None:
+        return _job_record(job, failed)
+    return JobRecord(job.line, job.name, "done", seconds=seconds, frames=frames, fps=frames / seconds,
                      attempts=max(o.task.attempts for o in outcomes),
                      workers=sorted({w for o in outcomes for w in o.task.tried_on}), details=details)
+
+
+def _render_and_join(job: Job, plan, scheduler: Scheduler, folder: Path) -> list[Outcome]:
+    """Render ``plan`` in one frame range per worker into ``folder`` and, when every range
+    succeeded, join the segments into the job's MP4; the outcomes of the ranges."""
+    from ..video.joiner import join_segments
+
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    ranges = segment_ranges(len(plan), len(scheduler.usable))
+    tasks = [Task(f"{job.name} frames {a}-{b}", "render_range", (job, plan, a, b, folder / f"part-{i:04d}.mp4"))
+             for i, (a, b) in enumerate(ranges)]
+    outcomes = scheduler.run(tasks)
+    if all(o.status == "ok" for o in outcomes):
+        join_segments([t.args[4] for t in tasks], job.output, audio=clip_audio(job))
+    return outcomes
 
 
 def _report(jobs_file: Path, out_dir: Path, settings: PipelineSettings, workers: dict, records: list[JobRecord],

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -41,6 +42,9 @@ MOTION_KEYS = tuple(f.name for f in dataclasses.fields(MotionOptions) if f.name 
 REGISTRATION_KEYS = tuple(f.name for f in dataclasses.fields(RegistrationOptions) if f.name not in _NOT_JOB_OPTIONS)
 OPTION_KEYS = (*MOTION_KEYS, *REGISTRATION_KEYS, *ENCODE_DEFAULTS, *CLIP_KEYS)
 _LINE_KEYS = ("source", "audio", "output", "options")
+MAX_NAME_BYTES = 200
+"""Longest part of an output name, in UTF-8 bytes: the file system allows 255, and the job's
+record (``.json``) and its segment folder (``.segments-<name>-<hash>``) lengthen it."""
 
 
 @dataclass(frozen=True)
@@ -102,36 +106,65 @@ def parse_jobs(jobs_file: Path, out_dir: Path, settings_identity: str) -> list[P
     """
     jobs_file = Path(jobs_file)
     try:
-        text = jobs_file.read_text(encoding="utf-8")
+        # utf-8-sig: editors on Windows start the file with a byte-order mark.
+        text = jobs_file.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as error:
         raise InputError(f"batch: cannot read the jobs file {jobs_file} ({error}); pass a UTF-8 .jsonl file") from error
     base = jobs_file.resolve().parent
     out_dir = Path(out_dir).resolve()
     parsed: list[ParsedLine] = []
-    outputs: dict[Path, int] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
+    outputs: dict[Path, int] = {}  # output -> its line
+    folders: dict[Path, int] = {}  # folder an output lies in -> the first line that needs it
+    # Only "\n" ends a line (str.splitlines would also split at form feeds and at U+2028 inside
+    # a JSON string, numbering the lines unlike an editor does).
+    for number, raw in enumerate(text.split("\n"), start=1):
+        raw = raw.removesuffix("\r")
         if not raw.strip():
             continue
+        where = f"{jobs_file.name} line {number}"
         try:
             job = _parse_line(raw, number, base, out_dir, settings_identity)
         except InputError as error:
-            parsed.append(JobLineError(number, f"{jobs_file.name} line {number}: {error}"))
+            parsed.append(JobLineError(number, f"{where}: {error}"))
             continue
-        if job.output in outputs:
-            parsed.append(JobLineError(
-                number, f"{jobs_file.name} line {number}, field output: {job.name} is already written by line "
-                f"{outputs[job.output]}; give every job its own output name", output=job.name))
+        try:
+            _check_output_is_free(job, out_dir, outputs, folders)
+        except InputError as error:
+            parsed.append(JobLineError(number, f"{where}, {error}", output=job.name))
             continue
         outputs[job.output] = number
+        for folder in job.output.relative_to(out_dir).parents:
+            folders.setdefault(out_dir / folder, number)
         parsed.append(job)
+    if not parsed:
+        raise InputError(f"batch: the jobs file {jobs_file} holds no jobs; write one JSON object a line")
     return parsed
+
+
+def _check_output_is_free(job: Job, out_dir: Path, outputs: dict[Path, int], folders: dict[Path, int]) -> None:
+    """Refuse a job whose output another line writes, or that is a folder of another's output."""
+    taken = f"field output: {job.name}"
+    if job.output in outputs:
+        raise InputError(f"{taken} is already written by line {outputs[job.output]}; "
+                         "give every job its own output name")
+    if job.output in folders:
+        raise InputError(f"{taken} is a folder of line {folders[job.output]}'s output; "
+                         "give every job its own output name")
+    for folder in job.output.relative_to(out_dir).parents:
+        if out_dir / folder in outputs:
+            raise InputError(f"{taken} lies inside line {outputs[out_dir / folder]}'s output {folder}; "
+                             "give every job its own output name")
 
 
 def _parse_line(raw: str, number: int, base: Path, out_dir: Path, settings_identity: str) -> Job:
     try:
-        entry = json.loads(raw)
+        entry = json.loads(raw, object_pairs_hook=_refuse_repeated_keys)
     except json.JSONDecodeError as error:
         raise InputError(f"not valid JSON ({error.msg} at column {error.colno}); write one JSON object a line") from None
+    except RecursionError:
+        raise InputError("not valid JSON (nested too deeply); write one JSON object a line") from None
+    except ValueError as error:  # an integer of thousands of digits, or a key given twice
+        raise InputError(f"not valid JSON ({error}); write one JSON object a line") from None
     if not isinstance(entry, dict):
         raise InputError(f"expected a JSON object with {', '.join(_LINE_KEYS[:3])}, got {type(entry).__name__}")
     unknown = sorted(set(entry) - set(_LINE_KEYS))
@@ -144,19 +177,39 @@ def _parse_line(raw: str, number: int, base: Path, out_dir: Path, settings_ident
     if not isinstance(options, dict):
         raise InputError(f"field options: expected a JSON object, got {type(options).__name__}")
     check_options(options)
-    digest = job_hash(file_sha256(source), file_sha256(audio), options, settings_identity)
+    digest = job_hash(_digest(source, "source"), _digest(audio, "audio"), options, settings_identity)
     return Job(number, source, audio, output, options, digest)
+
+
+def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    entry: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in entry:
+            raise ValueError(f"the key {key!r} is given twice")
+        entry[key] = value
+    return entry
 
 
 def _input_file(entry: dict, key: str, base: Path) -> Path:
     value = entry.get(key)
     if not isinstance(value, str) or not value:
-        raise InputError(f"field {key}: missing; give the path of the {key} file")
-    path = Path(value).expanduser()
-    path = path if path.is_absolute() else base / path
-    if not path.is_file():
+        raise InputError(f"field {key}: missing; give the path of the {key} file (a string)")
+    try:
+        path = Path(value).expanduser()  # "~user/..." of an unknown user raises RuntimeError
+        path = path if path.is_absolute() else base / path
+        found = path.is_file()  # a name too long for the file system raises OSError
+    except (OSError, RuntimeError, ValueError) as error:
+        raise InputError(f"field {key}: cannot use {value!r} ({error}); check the path") from None
+    if not found:
         raise InputError(f"field {key}: {path} does not exist; check the path (relative paths start at the jobs file)")
     return path
+
+
+def _digest(path: Path, key: str) -> str:
+    try:
+        return file_sha256(path)
+    except OSError as error:
+        raise InputError(f"field {key}: cannot read {path} ({error}); check the file and its permissions") from None
 
 
 def _output_path(entry: dict, out_dir: Path) -> Path:
@@ -168,7 +221,19 @@ def _output_path(entry: dict, out_dir: Path) -> Path:
         raise InputError(f"field output: {value!r} must be a plain name inside --out (no absolute path, no '..')")
     if name.suffix.lower() != ".mp4":
         raise InputError(f"field output: {value!r} must end in .mp4")
-    return out_dir / name
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise InputError(f"field output: {value!r} holds a control character; use a printable file name")
+    if any(len(part.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES for part in name.parts):
+        raise InputError(f"field output: a part of {value[:40]!r}... is longer than {MAX_NAME_BYTES} bytes; "
+                         "use a shorter name")
+    path = out_dir / name
+    for folder in name.parents:
+        place = out_dir / folder
+        if place.exists() and not place.is_dir():
+            raise InputError(f"field output: {place} is a file, not a folder; rename the output or move the file")
+    if path.is_dir():
+        raise InputError(f"field output: {path} is a folder; give the name of an MP4 file")
+    return path
 
 
 def check_options(options: dict[str, Any]) -> None:
@@ -188,7 +253,8 @@ def check_options(options: dict[str, Any]) -> None:
     except InputError as error:
         raise InputError(f"field options.crf/preset: {error}") from None
     seconds = options.get("max_seconds")
-    if seconds is not None and not (isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds > 0):
+    if seconds is not None and not (isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+                                    and math.isfinite(seconds) and seconds > 0):
         raise InputError(f"field options.max_seconds: must be a positive number of seconds, got {seconds!r}")
     frames = options.get("max_frames")
     if frames is not None and not (isinstance(frames, int) and not isinstance(frames, bool) and frames >= 1):

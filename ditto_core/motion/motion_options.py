@@ -18,7 +18,7 @@ from torch import Tensor
 from ..errors import InputError
 from ..models.keypoints import NUM_KP
 from ..precision import LMDM_PRECISION_CHOICES
-from .option_values import EMOTIONS, MAX_STEPS, NUM_EMOTIONS
+from .option_values import EMOTIONS, MAX_SEED, MAX_STEPS, NUM_EMOTIONS
 
 LMDM_WINDOW = 80
 """Frames per LMDM window: the released model's fixed sequence length."""
@@ -26,6 +26,16 @@ LMDM_WINDOW = 80
 MAX_POSE_OFFSET = 60.0
 """Largest head-pose offset, in degrees either way: a still portrait cannot show a head turned
 further than this convincingly (the node's sliders stop here too)."""
+
+MAX_FILTER_WIDTH = 1001
+"""Widest temporal mean filter, in frames (40 s at 25 fps): wider ones flatten any clip."""
+
+MAX_FRAME_COUNT = 1_000_000
+"""Largest frame count an option may name (over 11 hours at 25 fps): a bound, not a budget,
+so a typo cannot overflow the integer types of the kernels that use it."""
+
+MAX_POSE_GAIN = 10.0
+"""Largest head-pose gain either way: beyond it the head spins through angles no face has."""
 
 DRIVEN_KEYS = ("scale", "pitch", "yaw", "roll", "t", "exp")
 """Motion parts the driving sequence can supply (``kp`` always comes from the source)."""
@@ -154,9 +164,9 @@ class MotionOptions:
         _check("drive_eye", self.drive_eye, self.drive_eye is None or isinstance(self.drive_eye, bool),
                "None (image: yes, video: no), True or False")
         _check_int("steps", self.steps, 1, MAX_STEPS)
-        _check_int("seed", self.seed, 0, 2**64 - 1)
+        _check_int("seed", self.seed, 0, MAX_SEED)
         _check_int("overlap_v2", self.overlap_v2, 0, LMDM_WINDOW - 1)
-        _check_int("smo_k_d", self.smo_k_d, 1, None)
+        _check_int("smo_k_d", self.smo_k_d, 1, MAX_FILTER_WIDTH)
         _check_int("fix_kp_cond", self.fix_kp_cond, 0, None)
         _check("sampler_precision", self.sampler_precision, self.sampler_precision in LMDM_PRECISION_CHOICES,
                f"one of {', '.join(LMDM_PRECISION_CHOICES)}")
@@ -168,13 +178,16 @@ class MotionOptions:
                 _check(name, value, _is_real(value) and math.isfinite(value), "a finite number")
             offset = getattr(self, f"delta_{axis}")
             _check(f"delta_{axis}", offset, abs(offset) <= MAX_POSE_OFFSET, _OFFSET_RANGE)
+            gain = getattr(self, f"alpha_{axis}")
+            _check(f"alpha_{axis}", gain, abs(gain) <= MAX_POSE_GAIN,
+                   f"a gain between {-MAX_POSE_GAIN:g} and {MAX_POSE_GAIN:g} (1 leaves the pose as is)")
             self._check_per_frame(f"{axis}_offsets")
-        _check_int("fade_in", self.fade_in, 0, None)
-        _check_int("fade_out", self.fade_out, 0, None)
+        _check_int("fade_in", self.fade_in, 0, MAX_FRAME_COUNT)
+        _check_int("fade_out", self.fade_out, 0, MAX_FRAME_COUNT)
         _check("fade_type", self.fade_type, self.fade_type in ("", "d0", "s"),
                '"" (no fade), "d0" (fade to the first generated frame) or "s" (fade to the source)')
         keys = self.fade_out_keys
-        _check("fade_out_keys", keys, isinstance(keys, tuple) and len(keys) > 0 and set(keys) <= set(DRIVEN_KEYS),
+        _check("fade_out_keys", keys, isinstance(keys, tuple) and len(keys) > 0 and _names_from(keys, DRIVEN_KEYS),
                f"a non-empty sequence of names from {DRIVEN_KEYS}")
         if self.fade_type == "" and (self.fade_in > 0 or self.fade_out > 0):
             raise InputError(
@@ -202,17 +215,17 @@ class MotionOptions:
         if keys is None:
             return
         allowed = f"None, or names from {DRIVEN_KEYS} (a sequence, or a mapping name -> finite weight)"
-        ok = isinstance(keys, (tuple, dict)) and set(keys) <= set(DRIVEN_KEYS)
+        ok = isinstance(keys, (tuple, dict)) and _names_from(keys, DRIVEN_KEYS)
         if ok and isinstance(keys, dict):
             ok = all(_is_real(w) and math.isfinite(w) for w in keys.values())
         _check("use_d_keys", keys, ok, allowed)
 
     def _check_blinks(self) -> None:
         n = self.delta_eye_open_n
-        gaps = isinstance(n, tuple) and len(n) > 0 and all(_is_int(v) and v > 0 for v in n)
-        ok = (_is_int(n) and n >= -1) or gaps
-        _check("delta_eye_open_n", n, ok,
-               "-1 (no blinks), 0 (random 60-100 frames), an int > 0, or a sequence of ints > 0")
+        gaps = isinstance(n, tuple) and len(n) > 0 and all(_is_int(v) and 0 < v <= MAX_FRAME_COUNT for v in n)
+        ok = (_is_int(n) and -1 <= n <= MAX_FRAME_COUNT) or gaps
+        _check("delta_eye_open_n", n, ok, "-1 (no blinks), 0 (random 60-100 frames), an int > 0, or a sequence "
+               f"of ints > 0 (frame counts up to {MAX_FRAME_COUNT})")
         table = self.delta_eye_arr
         if table is not None:
             ok = isinstance(table, Tensor) and table.ndim == 2 and table.shape[0] > 0
@@ -254,6 +267,10 @@ def _is_int(value: Any) -> bool:
 
 def _is_real(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _names_from(keys: Any, allowed: Sequence[str]) -> bool:
+    return all(isinstance(k, str) and k in allowed for k in keys)
 
 
 def _is_label(value: Any) -> bool:

@@ -10,3 +10,6 @@ EMOTIONS = ("angry", "disgust", "fear", "happy", "neutral", "sad", "surprise", "
 
 MAX_STEPS = 1000
 """DDIM steps cannot exceed the 1000-step training schedule."""
+
+MAX_SEED = 2**64 - 1
+"""Largest seed: the sampler's generator takes 64-bit seeds."""

@@ -7,6 +7,9 @@ from typing import Any, Optional
 
 from ..errors import InputError
 
+MAX_SMOOTHING = 1001
+"""Widest mean filter over a video source's frames (40 s at 25 fps): wider flattens any clip."""
+
 MAX_SOURCE_SIDE = 8192
 """Largest ``max_size`` accepted: beyond it the 512 face crop gains nothing and memory explodes."""
 
@@ -35,23 +38,34 @@ class RegistrationOptions:
 
     def validate(self) -> "RegistrationOptions":
         """Return ``self`` or raise :class:`InputError` naming the bad option and its valid range."""
-        _check(math.isfinite(self.crop_scale) and 1.0 <= self.crop_scale <= 5.0,
-               f"crop_scale must be between 1.0 and 5.0 (Ditto uses 2.3), got {self.crop_scale}")
+        _check(_is_real(self.crop_scale) and 1.0 <= self.crop_scale <= 5.0,
+               f"crop_scale must be a number between 1.0 and 5.0 (Ditto uses 2.3), got {self.crop_scale!r}")
         for name in ("crop_vx_ratio", "crop_vy_ratio"):
             value = getattr(self, name)
-            _check(math.isfinite(value) and -1.0 <= value <= 1.0,
-                   f"{name} must be between -1.0 and 1.0 (a fraction of the crop size), got {value}")
-        _check(isinstance(self.smo_k_s, int) and self.smo_k_s >= 1,
-               f"smo_k_s must be a whole number >= 1 (1 disables smoothing), got {self.smo_k_s!r}")
-        _check(isinstance(self.max_size, int) and 256 <= self.max_size <= MAX_SOURCE_SIDE,
+            _check(_is_real(value) and -1.0 <= value <= 1.0,
+                   f"{name} must be a number between -1.0 and 1.0 (a fraction of the crop size), got {value!r}")
+        _check(isinstance(self.crop_flag_do_rot, bool),
+               f"crop_flag_do_rot must be True or False (rotate the crop upright), got {self.crop_flag_do_rot!r}")
+        _check(_is_int(self.smo_k_s) and 1 <= self.smo_k_s <= MAX_SMOOTHING,
+               f"smo_k_s must be a whole number from 1 (no smoothing) to {MAX_SMOOTHING}, got {self.smo_k_s!r}")
+        _check(_is_int(self.max_size) and 256 <= self.max_size <= MAX_SOURCE_SIDE,
                f"max_size must be a whole number of pixels between 256 and {MAX_SOURCE_SIDE}, got {self.max_size!r}")
-        _check(self.face_index is None or (isinstance(self.face_index, int) and self.face_index >= 0),
+        _check(self.face_index is None or (_is_int(self.face_index) and self.face_index >= 0),
                f"face_index must be None (largest face) or a face number >= 0, got {self.face_index!r}")
         return self
 
     def fingerprint(self) -> dict[str, Any]:
         """The options as plain JSON values: all of them change the result, so all key the cache."""
         return asdict(self)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    # NaN fails every comparison, so the range checks also refuse it.
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _check(ok: bool, message: str) -> None:
