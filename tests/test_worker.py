@@ -23,7 +23,7 @@ import pytest
 from ditto_core.errors import DittoError, InputError
 from ditto_core.render_request import RenderRequest, RenderSettings
 from ditto_core.worker import client, protocol
-from ditto_core.worker.server import Worker, listening
+from ditto_core.worker.server import Worker, listening, work_folder
 from tests.test_signals import _tiny_clip
 
 REPO = Path(__file__).resolve().parents[1]
@@ -293,7 +293,9 @@ def test_a_worker_stopped_mid_clip_reports_it_and_leaves_nothing(worker, tmp_pat
     assert list(request.out.parent.iterdir()) == []
 
 
-def test_a_clip_queued_when_the_worker_stops_is_told_so(worker, tmp_path):
+@pytest.mark.reliability(area=AREA, case="a clip queued behind another when the worker stops",
+                         behaviour="the worker sends it back and the render command renders it in its own process")
+def test_a_clip_queued_when_the_worker_stops_is_sent_back(worker, tmp_path):
     path, w, pipeline = worker
     pipeline.batches = threading.Semaphore(0)  # the first clip holds the pipeline
     first = threading.Thread(target=lambda: pytest.raises(client.WorkerError, _hand_off, path, _request(tmp_path)))
@@ -310,10 +312,76 @@ def test_a_clip_queued_when_the_worker_stops_is_told_so(worker, tmp_path):
             for _ in range(4):
                 pipeline.batches.release()
 
-    with pytest.raises(client.WorkerError, match="the warm worker stopped before it took the clip"):
-        client.hand_off(path, SETTINGS, _request(tmp_path, "queued.mp4"), stop_when_queued, lambda done, total: None)
+    assert client.hand_off(path, SETTINGS, _request(tmp_path, "queued.mp4"), stop_when_queued,
+                           lambda done, total: None) is None
+    assert "cannot take this job (it is stopping); rendering here" in statuses[-1]
     first.join(10)
-    assert list((tmp_path / "out").iterdir()) == []
+    assert list((tmp_path / "out").iterdir()) == [] and len(pipeline.requests) == 1
+
+
+@pytest.mark.reliability(area=AREA, case="`worker --stop` while the worker renders a clip",
+                         behaviour="the clip finishes and is delivered; then the worker exits and removes its socket")
+def test_a_stop_lets_the_running_clip_finish(tmp_path):
+    path = tmp_path / "run" / "w.sock"
+    pipeline = StandInPipeline()
+    pipeline.batches = threading.Semaphore(1)
+    with listening(path) as listener:
+        w = Worker(SETTINGS, pipeline, listener)
+        serving = threading.Thread(target=w.serve)
+        serving.start()
+
+        def stop_then_go_on(done, total):
+            if done == 1:
+                assert client.ask(path, {"type": "stop"})["type"] == "stopping"
+                for _ in range(3):
+                    pipeline.batches.release()
+
+        done, _, progress = _hand_off(path, _request(tmp_path), on_progress=stop_then_go_on)
+        serving.join(10)
+        assert not serving.is_alive()
+    assert done["type"] == "done" and progress[-1] == (4, 4) and (tmp_path / "out" / "talk.mp4").exists()
+    assert not path.exists()
+
+
+def _one_shot_server(path: Path, answers: list[dict]) -> threading.Thread:
+    """A socket at ``path`` that takes one connection, sends ``answers`` and closes it (with no
+    answers: never accepts, and closes the listener, as a worker that dies while loading)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)
+
+    def serve():
+        if answers:
+            connection, _ = listener.accept()
+            with connection:
+                connection.makefile("rb").readline()
+                for answer in answers:
+                    protocol.send(connection, answer)
+        else:
+            time.sleep(0.5)
+        listener.close()
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    return thread
+
+
+@pytest.mark.reliability(area=AREA, case="the worker dies before or after taking the clip (killed while loading, "
+                         "or mid-render)", behaviour="before: the render command renders the clip itself, saying "
+                         "why; after: a one-line error that nothing was written, never a traceback")
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_worker_that_goes_away_is_reported_by_what_it_had_taken(tmp_path, when):
+    path = tmp_path / "w.sock"
+    server = _one_shot_server(path, [] if when == "before" else [{"type": "accepted", "pid": 123}])
+    request = _request(tmp_path)
+    if when == "before":
+        done, statuses, _ = _hand_off(path, request)
+        assert done is None and "went away before taking the job" in statuses[-1] and "rendering here" in statuses[-1]
+    else:
+        with pytest.raises(client.WorkerError, match=r"pid 123\) stopped before the video was finished") as caught:
+            _hand_off(path, request)
+        assert caught.value.kind == "lost"
+    server.join(10)
 
 
 def test_a_failed_job_is_reported_and_the_worker_goes_on(worker, tmp_path):
@@ -347,11 +415,14 @@ def test_a_request_is_checked_field_by_field(worker, tmp_path):
 
 def test_garbage_and_oversized_messages_end_only_their_connection(worker, tmp_path):
     path, _, _ = worker
-    for junk in (b"not json\n", b"[1, 2]\n", b"x" * (protocol.MAX_MESSAGE_BYTES + 10) + b"\n"):
+    for junk in (b"not json\n", b"[1, 2]\n", b"[" * 60_000 + b"\n", b"x" * (protocol.MAX_MESSAGE_BYTES + 10) + b"\n"):
         connection = client.connect(path)
         with connection, connection.makefile("rb") as reader:
             connection.sendall(junk)
-            assert protocol.receive(reader) is None  # closed without an answer
+            answer = protocol.receive(reader)
+            assert answer["type"] == "error" and answer["kind"] == "input", answer
+            assert answer["message"].startswith("not a worker message"), answer
+            assert protocol.receive(reader) is None  # then closed
     assert client.ask(path, {"type": "info"})["jobs"] == 0
 
 
@@ -416,7 +487,11 @@ def test_a_folder_other_users_can_enter_is_refused(tmp_path):
     with pytest.raises(InputError, match="must belong to you alone.*chmod 700"):
         with listening(folder / "w.sock"):
             pass
-    with pytest.raises(InputError, match="must belong to you alone"):
+    assert client.connect(folder / "w.sock") is None  # no socket there: nothing to distrust, the caller renders
+    planted = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    planted.bind(str(folder / "w.sock"))  # one that anybody could have put there
+    planted.listen(1)
+    with planted, pytest.raises(InputError, match="must belong to you alone"):
         client.connect(folder / "w.sock")
 
 
@@ -427,6 +502,57 @@ def test_a_socket_path_too_long_for_the_system_is_refused_by_its_flag(tmp_path):
             pass
     assert not path.parent.exists()  # nothing made
     assert client.hand_off(path, SETTINGS, _request(tmp_path), print, print) is None  # no worker there: render here
+
+
+@pytest.mark.reliability(area=AREA, case="--socket names an existing file that is not a socket (or its lock file "
+                         "is not a worker's)", behaviour="refused by the flag; the file is left as it was")
+@pytest.mark.parametrize("which", ["socket", "lock"])
+def test_a_file_in_the_sockets_place_is_never_touched(tmp_path, which):
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    path = folder / "notes.txt"
+    victim = path if which == "socket" else protocol.lock_file(path)
+    victim.write_text("precious\n")
+    with pytest.raises(InputError, match=r"--socket .*notes.txt.* exists and is not a .*; it is left alone"):
+        with listening(path):
+            pass
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_socket_under_a_file_is_refused_by_its_flag(tmp_path):
+    (tmp_path / "afile").write_bytes(b"")
+    path = tmp_path / "afile" / "sub" / "w.sock"
+    with pytest.raises(InputError, match=r"--socket .*: cannot use the folder"):
+        with listening(path):
+            pass
+    assert client.connect(path) is None  # nothing can listen there: the caller renders
+
+
+def test_a_shared_folder_gets_advice_that_works(tmp_path, monkeypatch):
+    """A sticky world-writable folder (like /tmp) cannot be made private with chmod: the advice is a
+    folder of one's own, naming the variable that chose the path; `--worker auto` renders here."""
+    from ditto_core.worker import cli as worker_cli
+
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    monkeypatch.setenv("DITTO_WORKER_SOCKET", str(shared / "w.sock"))
+    with pytest.raises(InputError, match=r"DITTO_WORKER_SOCKET .*mode 1777.*mkdir -m 700 .*--socket .*worker.sock"):
+        with listening(shared / "w.sock", protocol.socket_source(None)):
+            pass
+    statuses = []
+    args = SimpleNamespace(socket=None, worker="auto")
+    assert worker_cli.hand_off(args, SETTINGS, _request(tmp_path), SimpleNamespace(status=statuses.append)) is None
+    assert "DITTO_WORKER_SOCKET" in statuses[0] and "rendering here" in statuses[0]
+
+
+def test_a_stale_pid_in_the_lock_file_is_no_live_worker(tmp_path):
+    path = tmp_path / "w.sock"
+    protocol.lock_file(path).write_text(str(os.getpid()))  # a live pid, but nobody holds the lock
+    assert not client._lock_holder_alive(path)
+    with listening(path):
+        assert client._lock_holder_alive(path)
+    assert not client._lock_holder_alive(path)
 
 
 @pytest.mark.parametrize("value, reason", [("-1", "must be 0 (never) or a positive number of minutes"),
@@ -530,10 +656,11 @@ def test_render_commands_hand_their_clips_to_a_worker(tmp_path):
         for run in runs:
             assert "handed to the warm worker" in run.stderr and "torch imported: False" in run.stderr, run.stderr
         assert info["jobs"] == 2
+        assert work_folder(socket_path).is_dir()  # its scratch files lie beside its socket, in the private folder
     finally:
         os.kill(info["pid"], signal.SIGTERM)
     deadline = time.monotonic() + 30
     while socket_path.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not socket_path.exists()
+    assert not socket_path.exists() and not work_folder(socket_path).exists()
     assert "worker stopped (terminated by SIGTERM)" in (socket_path.parent / "worker.log").read_text()

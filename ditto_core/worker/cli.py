@@ -6,10 +6,11 @@ import json
 import logging
 import math
 import os
+import shutil
 import sys
-import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from ..errors import DittoError
 from ..signals import exit_status
@@ -42,7 +43,9 @@ def hand_off(args: argparse.Namespace, settings: RenderSettings, request: Render
     """The worker's ``done`` message for ``request``, or None when this process is to render it."""
     try:
         path = _socket(args)
-    except DittoError as error:  # no private folder for the default socket: no worker can be there
+        if args.worker == "auto" and path.parent.is_dir():  # a worker can only be there if it is private
+            protocol.private_folder(path, create=False, source=protocol.socket_source(args.socket))
+    except DittoError as error:  # no private folder for the socket: no worker of ours can be there
         if args.worker == "start":
             raise
         progress.status(f"no warm worker ({error}); rendering here")
@@ -91,25 +94,36 @@ def _question(args: argparse.Namespace) -> Optional[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .server import Worker, listening
+    from .server import Worker, listening, work_folder
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     settings = RenderSettings.from_args(args)
     path = _socket(args)
     # The socket is taken before the models load: a second worker for it stops at once, and a
     # render arriving meanwhile waits for this one rather than loading the models itself.
-    with listening(path) as listener, tempfile.TemporaryDirectory(prefix="ditto_worker_") as workdir:
+    with listening(path, protocol.socket_source(args.socket)) as listener, _scratch(work_folder(path)) as workdir:
         # A worker serves many clips: the engine compiles once, in the background from the start,
         # and clips render eagerly until its graph is ready (the render command's own process
         # compiles only for long clips).
-        pipeline = settings.build_pipeline(Path(workdir), warmup="background")
+        pipeline = settings.build_pipeline(workdir, warmup="background")
         pipeline.start_warmup()
         print(f"worker {path} ready (pid {os.getpid()}); models {settings.models or 'random'}, "
               f"{settings.precision} on {pipeline.device}", flush=True)
         try:
             Worker(settings, pipeline, listener, idle_s=args.idle_minutes * 60 or None).serve()
         except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the job in progress was cancelled and cleaned up
-            print(f"worker stopped ({stop or 'Ctrl-C'})", flush=True)
+            print(f"worker stopped ({str(stop) or 'Ctrl-C'})", flush=True)
             return exit_status(stop)
     print("worker stopped", flush=True)
     return 0
+
+
+@contextmanager
+def _scratch(folder: Path) -> Iterator[Path]:
+    """``folder`` emptied and made for this worker (the socket's lock is held), removed after."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(mode=0o700)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

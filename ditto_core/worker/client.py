@@ -40,11 +40,11 @@ def connect(path: Path) -> Optional[socket.socket]:
     if not protocol.supported() or not protocol.path_fits(path):  # no worker can listen there
         return None
     try:
-        protocol.private_folder(path, create=False)
         if path.stat().st_uid != os.getuid():
             return None
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    protocol.private_folder(path, create=False)
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     connection.settimeout(CONNECT_TIMEOUT_S)
     try:
@@ -85,19 +85,14 @@ def hand_off(
     if connection is None:
         return None
     with connection, connection.makefile("rb") as reader:
-        protocol.send(connection, {"type": "job", "code": protocol.code_identity(), "settings": settings.to_json(),
-                                   "request": request.to_json()})
         pid = None
         try:
+            protocol.send(connection, {"type": "job", "code": protocol.code_identity(),
+                                       "settings": settings.to_json(), "request": request.to_json()})
             while True:
                 message = protocol.receive(reader)
-                if message is None and pid is None:  # closed before taking the job (stopping)
-                    status(f"the warm worker at {path} closed the connection; rendering here")
-                    return None
                 if message is None:
-                    raise WorkerError("lost", f"the warm worker (pid {pid}) stopped before the "
-                                              f"video was finished; nothing was written to {request.out}. Run again "
-                                              "(--worker off renders in this process)")
+                    raise ConnectionResetError("the worker closed the connection")
                 kind = message["type"]
                 if kind == "refused":
                     status(f"the warm worker at {path} cannot take this job ({message.get('why')}); rendering here")
@@ -115,6 +110,13 @@ def hand_off(
                     return message
                 elif kind == "error":
                     raise WorkerError(str(message.get("kind")), str(message.get("message")))
+        except (OSError, protocol.ProtocolError) as error:
+            if pid is None:  # gone before it took the job (stopping, killed while loading): nothing was started
+                status(f"the warm worker at {path} went away before taking the job ({error}); rendering here")
+                return None
+            raise WorkerError("lost", f"the warm worker (pid {pid}) stopped before the video was finished; nothing "
+                                      f"was written to {request.out}. Run again (--worker off renders in this "
+                                      "process)") from None
         except KeyboardInterrupt:
             finished = _cancel(connection, reader)
             if finished is not None:  # done before the cancel arrived: the MP4 is complete
@@ -163,13 +165,20 @@ def start_worker(path: Path, settings: RenderSettings, idle_minutes: float, wait
 
 
 def _lock_holder_alive(path: Path) -> bool:
-    """Whether the process named in the socket's lock file (the worker holding it) is alive."""
+    """Whether a worker holds the socket's lock (asked of the lock itself: a pid in the file may
+    be a dead worker's, reused by another process)."""
+    import fcntl  # POSIX only, as the sockets are
+
     try:
-        pid = int(protocol.lock_file(path).read_text().strip())
-        os.kill(pid, 0)
-    except (OSError, ValueError):
-        return False
-    return True
+        with open(protocol.lock_file(path), "rb") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    except OSError:
+        pass
+    return False
 
 
 def settings_flags(settings: RenderSettings) -> list[str]:

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import socket
+import stat
 import sys
 from pathlib import Path
 from typing import Any, BinaryIO, Optional
@@ -64,15 +65,31 @@ def supported() -> bool:
     return hasattr(socket, "AF_UNIX") and hasattr(os, "getuid")
 
 
-def private_folder(path: Path, create: bool) -> Path:
-    """``path``'s folder, checked to be this user's alone (created so when ``create``)."""
+def socket_source(given: Optional[Path]) -> str:
+    """Where the socket path came from, for messages: the flag, the variable or the default."""
+    if given is not None:
+        return "--socket"
+    return "DITTO_WORKER_SOCKET" if os.environ.get("DITTO_WORKER_SOCKET") else "the default socket"
+
+
+def private_folder(path: Path, create: bool, source: str = "--socket") -> Path:
+    """``path``'s folder, checked to be this user's alone (created so when ``create``).
+    ``source`` (:func:`socket_source`) names where the path came from in the messages."""
     folder = path.parent
-    if create:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    problem = not_private(folder)
+    try:
+        if create:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        problem = not_private(folder)
+    except OSError as error:  # e.g. a part of the path is a file
+        raise InputError(f"{source} {path}: cannot use the folder {folder} ({error}); pass another --socket") from None
     if problem is not None:
-        raise InputError(f"worker socket folder {folder} must belong to you alone ({problem}); run "
-                         f"`chmod 700 {folder}` or pass another --socket")
+        # chmod helps with a folder of ours; a shared one (/tmp: sticky) or another user's needs a folder of our own.
+        mine = problem.startswith("mode") and not folder.stat().st_mode & stat.S_ISVTX
+        fix = (f"run `chmod 700 {folder}` or pass another --socket" if mine else
+               f"make a folder of your own (`mkdir -m 700 {folder / 'ditto'}`) and pass --socket "
+               f"{folder / 'ditto' / SOCKET_NAME}")
+        raise InputError(f"{source} {path}: the worker socket's folder {folder} must belong to you alone "
+                         f"({problem}); {fix}")
     return folder
 
 
@@ -106,6 +123,8 @@ def receive(reader: BinaryIO) -> Optional[dict[str, Any]]:
         message = json.loads(line)
     except ValueError as error:
         raise ProtocolError(f"not JSON: {error}") from None
+    except RecursionError:
+        raise ProtocolError("not a message: JSON nested too deeply") from None
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise ProtocolError("a message is a JSON object with a string 'type'")
     return message

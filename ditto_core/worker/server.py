@@ -7,20 +7,22 @@ its own process, with the same settings (a job for other settings, another versi
 code or model files that changed since they were loaded is refused, and its client renders
 itself). Jobs queue and run one at a time; a client that cancels or disconnects stops its job
 at the next stage or batch, and the writer deletes what it had written. The worker exits after
-``idle_s`` without a job, on ``stop``, or on SIGINT/SIGTERM (the job in progress is cancelled
-and cleaned up first), removing its socket.
+``idle_s`` without a job, on ``stop`` (the job in progress finishes; queued ones are sent back
+to render in their own process), or on SIGINT/SIGTERM (the job in progress is cancelled and
+cleaned up first), removing its socket.
 """
 from __future__ import annotations
 
 import logging
 import os
 import socket
+import stat
 import threading
 import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from ..errors import DittoError, InputError, Interrupted
 from ..render_request import RenderRequest, RenderSettings
@@ -47,7 +49,8 @@ class Worker:
         self._job_lock = threading.Lock()
         self._state = threading.Lock()  # guards the counters and the set of running cancels
         self._waiting = 0
-        self._cancels: set[threading.Event] = set()
+        self._cancels: set[threading.Event] = set()  # one a job, queued or running
+        self._running: Optional[threading.Event] = None  # the running job's
         self._threads: set[threading.Thread] = set()
         self._stop = threading.Event()
         self._last_activity = time.monotonic()
@@ -55,7 +58,9 @@ class Worker:
     # -- accept loop ------------------------------------------------------------------------
 
     def serve(self) -> None:
-        """Accept clients until stopped or idle for ``idle_s``; on an interrupt, cancel and wait."""
+        """Accept clients until stopped or idle for ``idle_s``, then let the job in progress
+        finish (queued ones are sent back to render in their own process). On an interrupt
+        (Ctrl-C, SIGTERM) the job in progress is cancelled and cleaned up instead."""
         self.listener.settimeout(ACCEPT_POLL_S)
         try:
             while not self._stop.is_set() and not self._idle_expired():
@@ -68,18 +73,28 @@ class Worker:
                 with self._state:
                     self._threads.add(thread)
                 thread.start()
-        finally:
+            self.stop()
+            self.listener.close()
+            self._join_clients(timeout=None)
+        except BaseException:
             self.stop(cancel=True)
             self.listener.close()
-            for thread in list(self._threads):
-                thread.join(STOP_WAIT_S)
+            self._join_clients(timeout=STOP_WAIT_S)
+            raise
 
     def stop(self, cancel: bool = False) -> None:
+        """Take no more jobs; queued ones are sent back. ``cancel``: stop the running job too."""
         self._stop.set()
-        if cancel:
-            with self._state:
-                for event in self._cancels:
+        with self._state:
+            for event in self._cancels:
+                if cancel or event is not self._running:
                     event.set()
+
+    def _join_clients(self, timeout: Optional[float]) -> None:
+        with self._state:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(timeout)
 
     def _idle_expired(self) -> bool:
         with self._state:
@@ -97,26 +112,34 @@ class Worker:
                 if uid is not None and uid != os.getuid():
                     log.warning("refused a client of user %d", uid)
                     return
-                connection.settimeout(FIRST_MESSAGE_S)  # a client that says nothing does not hold a thread
-                message = protocol.receive(reader)
-                connection.settimeout(None)
-                if message is None:
-                    return
-                if message["type"] == "info":
-                    protocol.send(connection, self.info())
-                elif message["type"] == "stop":
-                    protocol.send(connection, {"type": "stopping", "pid": os.getpid()})
-                    self.stop()
-                elif message["type"] == "job":
-                    self._job(connection, reader, message)
-                else:
-                    protocol.send(connection, {"type": "error", "kind": "input",
-                                               "message": f"unknown message type {message['type']!r}"})
-        except (OSError, protocol.ProtocolError) as error:
+                try:
+                    self._answer(connection, reader)
+                except protocol.ProtocolError as error:
+                    log.info("refused a client's message: %s", error)
+                    _try_send(connection, {"type": "error", "kind": "input",
+                                           "message": f"not a worker message: {error}"})
+        except OSError as error:
             log.info("client connection ended: %s", error)
         finally:
             with self._state:
                 self._threads.discard(threading.current_thread())
+
+    def _answer(self, connection: socket.socket, reader) -> None:
+        connection.settimeout(FIRST_MESSAGE_S)  # a client that says nothing does not hold a thread
+        message = protocol.receive(reader)
+        connection.settimeout(None)
+        if message is None:
+            return
+        if message["type"] == "info":
+            protocol.send(connection, self.info())
+        elif message["type"] == "stop":
+            protocol.send(connection, {"type": "stopping", "pid": os.getpid()})
+            self.stop()
+        elif message["type"] == "job":
+            self._job(connection, reader, message)
+        else:
+            protocol.send(connection, {"type": "error", "kind": "input",
+                                       "message": f"unknown message type {message['type']!r}"})
 
     def info(self) -> dict[str, Any]:
         return {"type": "info", "pid": os.getpid(), "settings": self.settings.to_json(), "jobs": self.jobs,
@@ -155,10 +178,11 @@ class Worker:
         threading.Thread(target=_watch_for_cancel, args=(reader, cancel), daemon=True,
                          name="ditto-worker-cancel").start()
         with self._turn(connection, cancel):
+            if cancel.is_set() and self._stop.is_set():  # stopping: the client renders the clip itself
+                protocol.send(connection, {"type": "refused", "why": "it is stopping"})
+                return
             if cancel.is_set():
-                why = ("the warm worker stopped before it took the clip; nothing was written. Run the render again"
-                       if self._stop.is_set() else "cancelled while queued")
-                protocol.send(connection, {"type": "error", "kind": "cancelled", "message": why})
+                protocol.send(connection, {"type": "error", "kind": "cancelled", "message": "cancelled while queued"})
                 return
             protocol.send(connection, {"type": "accepted", "pid": os.getpid()})
             protocol.send(connection, self._run(connection, request, cancel))
@@ -179,13 +203,17 @@ class Worker:
                 acquired = self._job_lock.acquire(timeout=ACCEPT_POLL_S)
             with self._state:
                 self._waiting -= 1
+                if acquired:
+                    self._running = cancel
             yield
         finally:
+            with self._state:
+                self._cancels.discard(cancel)
+                if acquired:
+                    self._running = None
             if acquired:
                 self._last_activity = time.monotonic()
                 self._job_lock.release()
-            with self._state:
-                self._cancels.discard(cancel)
 
     def _run(self, connection: socket.socket, request: RenderRequest, cancel: threading.Event) -> dict[str, Any]:
         """Run one job; the message that ends it."""
@@ -228,6 +256,14 @@ class Worker:
             self.jobs += 1
 
 
+def _try_send(connection: socket.socket, message: dict[str, Any]) -> None:
+    """Best effort: the client may be gone already."""
+    try:
+        protocol.send(connection, message)
+    except OSError:
+        pass
+
+
 def _engine_state(engine: Any) -> str:
     """"compiled" (clips render compiled), "compiling" (eagerly until the graph is ready) or "eager"."""
     if engine.compiled_ready():
@@ -267,18 +303,22 @@ def _model_file_stats(settings: RenderSettings) -> Optional[list[tuple[str, int,
 
 
 @contextmanager
-def listening(path: Path) -> Iterator[socket.socket]:
+def listening(path: Path, source: str = "--socket") -> Iterator[socket.socket]:
     """A listening socket at ``path``, this user's alone; one worker per path (a lock file says
-    which); the socket file is removed on leaving."""
+    which); the socket file is removed on leaving. ``source`` names where the path came from.
+    A file at ``path`` or its lock file that this pack did not make is never touched."""
     if not protocol.supported():
         raise InputError("the warm worker needs Unix sockets, which this system lacks; render without it")
     if not protocol.path_fits(path):
-        raise InputError(f"--socket {path} is {len(os.fsencode(path))} bytes long; a Unix socket's path may have at "
+        raise InputError(f"{source} {path} is {len(os.fsencode(path))} bytes long; a Unix socket's path may have at "
                          f"most {protocol.MAX_SOCKET_PATH_BYTES}: pass a shorter --socket (or set DITTO_WORKER_SOCKET)")
     import fcntl  # POSIX only, as the sockets are
 
-    protocol.private_folder(path, create=True)
-    lock = open(protocol.lock_file(path), "a+")
+    protocol.private_folder(path, create=True, source=source)
+    _refuse_foreign_file(path, source, "is not a socket", lambda info: stat.S_ISSOCK(info.st_mode))
+    lock_path = protocol.lock_file(path)
+    _refuse_foreign_file(lock_path, source, "is not a worker's lock file", lambda info: _holds_a_pid(lock_path, info))
+    lock = open(lock_path, "a+")
     try:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -290,7 +330,7 @@ def listening(path: Path) -> Iterator[socket.socket]:
         lock.truncate()
         lock.write(str(os.getpid()))
         lock.flush()
-        path.unlink(missing_ok=True)  # a dead worker's (the lock says none is alive)
+        _unlink_socket(path)  # a dead worker's (the lock says none is alive)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             listener.bind(str(path))
@@ -299,7 +339,38 @@ def listening(path: Path) -> Iterator[socket.socket]:
             yield listener
         finally:
             listener.close()
-            path.unlink(missing_ok=True)
+            _unlink_socket(path)
             lock.truncate(0)  # no pid left behind for a later process to mistake for a live worker
     finally:
         lock.close()
+
+
+def work_folder(path: Path) -> Path:
+    """The scratch folder of the worker holding the socket at ``path`` (beside it, so private):
+    emptied when a worker takes the socket, which also clears what a killed one left there."""
+    return path.with_name(path.name + ".work")
+
+
+def _refuse_foreign_file(path: Path, source: str, what: str, ours: Callable[[os.stat_result], bool]) -> None:
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return
+    if not ours(info):
+        raise InputError(f"{source} {path}: {path} exists and {what}; it is left alone. Pass another --socket")
+
+
+def _holds_a_pid(path: Path, info: os.stat_result) -> bool:
+    """Whether ``path`` looks like a worker's lock file: a small regular file, empty or a pid."""
+    if not stat.S_ISREG(info.st_mode) or info.st_size > 20:
+        return False
+    text = path.read_text(errors="replace").strip()
+    return not text or text.isdigit()
+
+
+def _unlink_socket(path: Path) -> None:
+    try:
+        if stat.S_ISSOCK(path.lstat().st_mode):
+            path.unlink()
+    except FileNotFoundError:
+        pass
