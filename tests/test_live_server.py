@@ -167,6 +167,53 @@ def test_h264_output_is_one_access_unit_per_frame(pipeline):
     assert len(pictures) == len(frames) and (pictures[0].width, pictures[0].height) == (100, 80)
 
 
+@pytest.mark.reliability(area="Live streams", case="h264 clients that disconnect while their frames are encoded",
+                         behaviour="only their streams end; the runtime keeps serving the next client")
+def test_h264_clients_that_leave_mid_stream_do_not_stop_the_runtime(pipeline):
+    avatars = _avatars(pipeline)
+
+    async def run():
+        async with serving(avatars) as (session, url):
+            for _ in range(6):
+                ws = await _open(session, url, output="h264", max_size=101)
+                await ws.receive(timeout=30)
+                await ws.send_bytes(_pcm(1.0))
+                await ws.receive(timeout=30)  # its first frame: the encoder is running
+                await ws.close()
+            ws = await _open(session, url, output="h264", max_size=101)
+            ready = json.loads((await ws.receive(timeout=30)).data)
+            await ws.send_bytes(_pcm(0.5))
+            await ws.send_str(json.dumps({"type": "end"}))
+            messages = await _until_closed(ws)
+            return ready, messages, next(iter(avatars._runtimes.values()))._error
+
+    ready, (texts, frames), error = asyncio.run(run())
+    avatars.shutdown()
+    assert ready["type"] == "ready" and texts[-1] == {"type": "end", "frames": len(frames)} and frames
+    assert error is None
+
+
+@pytest.mark.reliability(area="Live streams", case="clear sent right after end",
+                         behaviour="the stream still ends with its end message (never left waiting)")
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.2])
+def test_a_clear_after_end_still_ends_the_stream(pipeline, delay):
+    avatars = _avatars(pipeline)
+
+    async def run():
+        async with serving(avatars) as (session, url):
+            ws = await _open(session, url)
+            await ws.receive(timeout=30)
+            await ws.send_bytes(_pcm(0.6))
+            await ws.send_str(json.dumps({"type": "end"}))
+            await asyncio.sleep(delay)
+            await ws.send_str(json.dumps({"type": "clear"}))
+            return await _until_closed(ws, timeout=20)
+
+    texts, frames = asyncio.run(run())
+    avatars.shutdown()
+    assert texts[-1] == {"type": "end", "frames": len(frames)}, texts
+
+
 def _close(messages):
     texts, _ = messages
     return [t for t in texts if t["type"] == "error"]
@@ -189,6 +236,13 @@ def _close(messages):
     (json.dumps({"type": "open", "avatar": "anna"}), b"\x00" * 5000, "too_large", "limit is 4096"),
     (json.dumps({"type": "open", "avatar": "anna"}), json.dumps({"type": "rewind"}), "bad_request", "rewind"),
     (json.dumps({"type": "open", "avatar": "anna"}), "x" * 3000, "too_large", "control message"),
+    (json.dumps({"type": "open", "avatar": "anna"}), "[" * 1500, "bad_request", "nested too deeply"),
+    (json.dumps({"type": "open", "avatar": "anna", "idle": "false"}), None, "bad_request", "idle must be true or false"),
+    (json.dumps({"type": "open", "avatar": "anna", "quality": True}), None, "bad_request", "quality"),
+    (json.dumps({"type": "open", "avatar": "anna", "options": {"steps": 51}}), None, "bad_request", "at most 50 steps"),
+    (json.dumps({"type": "open", "avatar": "anna", "options": {"sampler_compile": True}}), None, "bad_request",
+     "sampler_compile"),
+    (json.dumps({"type": "open", "avatar": "é" * 100}), None, "unknown_avatar", "unknown avatar"),
 ])
 def test_bad_messages_get_a_clear_error_and_close(pipeline, first, then, code, words):
     avatars = _avatars(pipeline)
@@ -275,15 +329,36 @@ def test_token_is_required_when_set(pipeline):
 
 
 class _Request:
-    def __init__(self, remote, query=None, headers=None):
-        self.remote, self.query, self.headers = remote, query or {}, headers or {}
+    def __init__(self, remote, query=None, headers=None, host="127.0.0.1:8188"):
+        self.remote, self.query, self.headers, self.host = remote, query or {}, headers or {}, host
 
 
 def test_without_a_token_only_this_machine_is_served():
-    assert _authorized(_Request("127.0.0.1"), None) and _authorized(_Request("::1"), None)
+    assert _authorized(_Request("127.0.0.1"), None) and _authorized(_Request("::1", host="[::1]:8188"), None)
     assert not _authorized(_Request("192.168.1.20"), None) and not _authorized(_Request(None), None)
     assert _authorized(_Request("192.168.1.20", {"token": "t"}), "t")
     assert not _authorized(_Request("127.0.0.1", {"token": "u"}), "t")
+    assert _authorized(_Request("127.0.0.1", headers={"Authorization": "bearer t"}), "t")  # the scheme's case is free
+
+
+@pytest.mark.reliability(area="Live streams", case="without a token: a web page from elsewhere (its Origin), or a "
+                         "DNS-rebound name (the Host), connects through the user's browser",
+                         behaviour="refused (401 / 4401) like a client of another machine; pages this machine serves "
+                         "are served")
+@pytest.mark.parametrize("origin, host, served", [
+    (None, "127.0.0.1:8188", True),
+    ("http://127.0.0.1:8188", "127.0.0.1:8188", True),
+    ("http://localhost:8188", "localhost:8188", True),
+    ("http://[::1]:8188", "[::1]:8188", True),
+    ("https://evil.example", "127.0.0.1:8188", False),
+    ("http://127.0.0.1.evil.example", "127.0.0.1:8188", False),
+    ("null", "127.0.0.1:8188", False),
+    (None, "rebind.evil.example:8188", False),
+    (None, "127.0.0.1.evil.example", False),
+])
+def test_without_a_token_pages_of_other_sites_are_refused(origin, host, served):
+    headers = {} if origin is None else {"Origin": origin}
+    assert _authorized(_Request("127.0.0.1", headers=headers, host=host), None) is served
 
 
 @pytest.mark.reliability(area="Live streams", case="a client that stops reading frames",

@@ -7,6 +7,7 @@ encoder: JPEG on a shared pool (:func:`encode_jpeg`), H.264 on one thread per st
 """
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
@@ -55,9 +56,15 @@ class H264Encoder:
         self._codec.time_base = Fraction(1, FPS)
         self._codec.options = {"preset": "ultrafast", "tune": "zerolatency", "g": str(2 * FPS)}
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="ditto-live-h264")
+        self._lock = threading.Lock()  # the render thread submits while the server's loop may close
+        self._closed = False
 
     def submit(self, frame: LiveFrame, image: Tensor):
-        return self._thread.submit(self._encode, frame, image)
+        """The future of ``frame`` encoded; None once the encoder is closed (its stream is gone)."""
+        with self._lock:
+            if self._closed:
+                return None
+            return self._thread.submit(self._encode, frame, image)
 
     def _encode(self, frame: LiveFrame, image: Tensor) -> LiveFrame:
         picture = self._av.VideoFrame.from_ndarray(image.numpy(), format="rgb24").reformat(format="yuv420p")
@@ -66,7 +73,9 @@ class H264Encoder:
         return frame
 
     def close(self) -> None:
-        self._thread.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            self._closed = True
+            self._thread.shutdown(wait=False, cancel_futures=True)
 
 
 def output_size(height: int, width: int, max_size: Optional[int]) -> tuple[int, int]:

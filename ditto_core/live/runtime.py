@@ -70,9 +70,17 @@ MOTION_PRIORITY = -1
 _ROUNDS_KEPT = 500
 """Recent rounds whose timings :meth:`LiveRuntime.round_stats` summarises."""
 
+MAX_SAMPLERS = 4
+"""Sampler settings (steps, precision) a runtime keeps at once: each holds its recorded graphs in
+VRAM, and a client could otherwise make one for every steps value it tries."""
+
 
 class RuntimeStopped(DittoError):
     """The runtime was stopped while a stream was open (the server shut down, the models were unloaded)."""
+
+
+class RuntimeFailed(DittoError):
+    """The runtime's worker threads stopped after an internal error: no stream can open on it."""
 
 
 class BackpressureError(DittoError):
@@ -204,8 +212,19 @@ class LiveRuntime:
         return self._silence_window.repeat(reps, 1)[:frames]
 
     def sampler(self, options: MotionOptions) -> DDIMSampler:
+        """The shared sampler for ``options``' steps and precision (called holding ``_wake``). At most
+        :data:`MAX_SAMPLERS` are kept, each with its recorded graphs: one no open stream uses makes
+        room for a new one; when all are in use, a stream asking for another is refused."""
         precision = lmdm_precision_for(options.sampler_precision, self.pipeline.models.dtype)
         key = (options.steps, precision, options.sampler_compile)
+        if key not in self._samplers and len(self._samplers) >= MAX_SAMPLERS:
+            used = {id(state.sampler) for state in self._streams.values()}
+            for old in [k for k, sampler in self._samplers.items() if id(sampler) not in used]:
+                del self._samplers[old]
+            if len(self._samplers) >= MAX_SAMPLERS:
+                in_use = ", ".join(str(k[0]) for k in self._samplers)
+                raise InputError(f"MotionOptions.steps={options.steps}: the open streams already use {MAX_SAMPLERS} "
+                                 f"sampler settings (steps {in_use}); use one of those steps")
         if key not in self._samplers:
             self._samplers[key] = DDIMSampler(
                 self.pipeline.models.lmdm, options.steps, precision=precision, compile=options.sampler_compile,
@@ -217,7 +236,8 @@ class LiveRuntime:
     ) -> StreamState:
         """Admit a stream (or raise :class:`CapacityError`) and build its schedule state."""
         if self._error is not None:
-            raise DittoError(f"the live runtime stopped after an internal error: {self._error}")
+            raise RuntimeFailed(f"the live runtime stopped after an internal error ({self._error}); restart the "
+                                "server (its log has the traceback)")
         if options.fade_type:
             raise InputError('MotionOptions.fade_type: fades need the clip length; use fade_type="" for streams.')
         models = self.pipeline.models
@@ -301,6 +321,8 @@ class LiveRuntime:
         with state.lock:
             state.backlog = max(0, state.backlog - 1)
             state.frames_delivered += 1
+            if state.backlog < state.config.max_backlog_frames:
+                state.stalled_since = None  # reading again (the motion thread may be slow to notice)
         self._notify()
 
     def close_state(self, state: StreamState) -> None:
@@ -694,18 +716,21 @@ class LiveRuntime:
         by_job = dict(zip(map(id, live), images))
         for job in jobs:
             state = job.stream
-            if state.closed or job.epoch != state.epoch:
+            if state.closed:
                 continue
-            if job.motion is not None:
-                latency = done - job.ready_since
-                state.chunk_latency.append(latency)
-                if state.first_frame_latency is None:
-                    state.first_frame_latency = latency
-                frames = by_job[id(job)]
-                for k in range(frames.shape[0]):
-                    self._deliver_frame(state, job, k, frames[k])
-            if job.final:
-                state.deliver(None)
+            try:
+                if job.motion is not None and job.epoch == state.epoch:  # frames from before a clear are dropped
+                    latency = done - job.ready_since
+                    state.chunk_latency.append(latency)
+                    if state.first_frame_latency is None:
+                        state.first_frame_latency = latency
+                    frames = by_job[id(job)]
+                    for k in range(frames.shape[0]):
+                        self._deliver_frame(state, job, k, frames[k])
+                if job.final:  # whatever the epoch: a clear after end still ends the stream
+                    state.deliver(None)
+            except Exception as error:  # noqa: BLE001 - one stream's output failing ends that stream only
+                self._fail(state, error)
         return sum(image.shape[0] for image in images)
 
     def _deliver_frame(self, state: StreamState, job: RenderJob, k: int, image: Tensor) -> None:
@@ -719,7 +744,11 @@ class LiveRuntime:
         if state.config.output == "h264":
             if state.video_encoder is None:
                 state.video_encoder = H264Encoder(*image.shape[:2])
+                if state.closed:  # closed while it was made: close_state did not see it
+                    state.video_encoder.close()
             future = state.video_encoder.submit(frame, image)
+            if future is None:  # the stream closed meanwhile
+                return
         else:
             future = self._encoders.submit(encode_jpeg, frame, image, state.config.quality)
         state.deliver((job.epoch, future))

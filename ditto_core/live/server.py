@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
+from urllib.parse import urlsplit
 
 from ..audio.loading import check_sample_rate
 from ..errors import DittoError, InputError
@@ -44,7 +45,7 @@ from ..motion.motion_options import MotionOptions
 from ..registration.source_info import SourceInfo
 from .output_frames import LiveFrame
 from .admission import CapacityError
-from .runtime import BackpressureError, LiveRuntime, RuntimeStopped
+from .runtime import BackpressureError, LiveRuntime, RuntimeFailed, RuntimeStopped
 from .stream_state import StreamConfig
 from .stream import AvatarStream
 
@@ -66,11 +67,15 @@ CLOSE_CODES = {
     "warming_up": 4503,
 }
 OPTION_FIELDS = (
-    "emo", "eye_f0_mode", "steps", "seed", "smo_k_d", "fix_kp_cond", "sampler_precision", "sampler_compile",
-    "use_d_keys", "relative_d", "drive_eye", "delta_eye_open_n", "delta_pitch", "delta_yaw", "delta_roll",
+    "emo", "eye_f0_mode", "steps", "seed", "smo_k_d", "fix_kp_cond", "use_d_keys", "relative_d", "drive_eye", "delta_eye_open_n", "delta_pitch", "delta_yaw", "delta_roll",
     "alpha_pitch", "alpha_yaw", "alpha_roll", "flag_stitching",
 )
-"""MotionOptions a client may set (the per-frame and fade options need a clip's length)."""
+"""MotionOptions a client may set (the per-frame and fade options need a clip's length; the
+sampler's precision and compilation are the server's: they decide what its warm-up recorded)."""
+
+MAX_STREAM_STEPS = 50
+"""Most DDIM steps a stream may ask for (Ditto's own default): a window costs the device time in
+proportion, and every stream of a round waits for the slowest window."""
 
 
 @dataclass(frozen=True)
@@ -245,12 +250,23 @@ def _is_loopback(host: Optional[str]) -> bool:
 
 def _authorized(request, token: Optional[str]) -> bool:
     if token is None:
-        return _is_loopback(request.remote)
+        # Without a token only this machine may connect, and only from a page it serves: a web
+        # page elsewhere (its Origin) or a DNS-rebound name (the Host) must not open streams.
+        origin = request.headers.get("Origin")
+        return (_is_loopback(request.remote) and _names_loopback(request.host)
+                and (origin is None or _names_loopback(urlsplit(origin).netloc)))
     given = request.query.get("token", "")
-    header = request.headers.get("Authorization", "")
-    if header.startswith("Bearer "):
-        given = header[len("Bearer "):]
+    scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and credentials:
+        given = credentials.strip()
     return hmac.compare_digest(given.encode(), token.encode())
+
+
+def _names_loopback(netloc: str) -> bool:
+    """Whether a Host header or an Origin's ``host[:port]`` names this machine's loopback."""
+    host = netloc.rsplit("@", 1)[-1]
+    host = host[1:].split("]", 1)[0] if host.startswith("[") else host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    return _is_loopback(host.lower())
 
 
 class _Closed(Exception):
@@ -272,13 +288,19 @@ def _parse_open(msg: dict) -> tuple[str, int, MotionOptions, StreamConfig]:
     options = msg.get("options") or {}
     if not isinstance(options, dict):
         raise _Closed("bad_request", f"open: options must be an object of MotionOptions fields, got {options!r}.")
+    idle = msg.get("idle", True)
+    if not isinstance(idle, bool):
+        raise _Closed("bad_request", f"open: idle must be true or false, got {idle!r}.")
+    steps = options.get("steps")
+    if isinstance(steps, int) and not isinstance(steps, bool) and steps > MAX_STREAM_STEPS:
+        raise _Closed("bad_request", f"open: options.steps={steps}: a stream may use at most {MAX_STREAM_STEPS} steps.")
     bad = sorted(set(options) - set(OPTION_FIELDS))
     if bad:
         raise _Closed("bad_request", f"open: options {bad} cannot be set on a stream; allowed: {list(OPTION_FIELDS)}.")
     try:
         motion = MotionOptions(**options)
         config = StreamConfig(output=msg.get("output", "jpeg"), max_size=msg.get("max_size"),
-                              quality=msg.get("quality", 85), idle=bool(msg.get("idle", True)))
+                              quality=msg.get("quality", 85), idle=idle)
     except InputError as error:
         raise _Closed("bad_request", f"open: {error}") from None
     if config.output == "rgb":
@@ -293,8 +315,8 @@ def _parse_open(msg: dict) -> tuple[str, int, MotionOptions, StreamConfig]:
 class _Session:
     """One WebSocket connection: at most one stream."""
 
-    def __init__(self, ws, avatars: LiveAvatars, limits: Limits) -> None:
-        self.ws, self.avatars, self.limits = ws, avatars, limits
+    def __init__(self, request, ws, avatars: LiveAvatars, limits: Limits) -> None:
+        self.request, self.ws, self.avatars, self.limits = request, ws, avatars, limits
         self.stream: Optional[AvatarStream] = None
         self.rate = 16000
 
@@ -308,11 +330,17 @@ class _Session:
         try:
             await asyncio.wait_for(self._close_with(code, message), timeout=2)
         except (asyncio.TimeoutError, ConnectionError):
-            pass
+            # A client that reads nothing would hold the socket and its unsent frames for as long
+            # as it stays connected: drop the connection.
+            transport = self.request.transport
+            if transport is not None:
+                transport.abort()
 
     async def _close_with(self, code: str, message: str) -> None:
         await self.send_json({"type": "error", "code": code, "message": message})
-        await self.ws.close(code=CLOSE_CODES[code], message=message[:120].encode())
+        # A close frame's reason holds 123 bytes: cut the UTF-8, not the characters.
+        reason = message.encode()[:120].decode(errors="ignore").encode()
+        await self.ws.close(code=CLOSE_CODES[code], message=reason)
 
     async def run(self) -> None:
         tasks: list[asyncio.Future] = []
@@ -327,6 +355,8 @@ class _Session:
                 task.result()  # re-raises _Closed
         except _Closed as closed:
             await self.fail(closed.code, closed.message)
+        except ConnectionError as error:  # the client went away while frames were sent: nothing to tell it
+            log.info("Ditto live: a client disconnected (%s)", error)
         except Exception as error:  # a bug: the client still hears why its stream stopped
             log.exception("Ditto live session failed")
             await self.fail("internal", f"internal error: {type(error).__name__}: {error}")
@@ -352,7 +382,7 @@ class _Session:
             raise _Closed("unknown_avatar", str(error)) from None
         except WarmingUp as error:
             raise _Closed("warming_up", str(error)) from None
-        except WarmUpFailed as error:
+        except (WarmUpFailed, RuntimeFailed) as error:
             raise _Closed("internal", str(error)) from None
         except CapacityError as error:
             raise _Closed("capacity", str(error)) from None
@@ -370,6 +400,8 @@ class _Session:
             msg = json.loads(text)
         except ValueError as error:
             raise _Closed("bad_request", f"control messages must be JSON objects ({error}).") from None
+        except RecursionError:
+            raise _Closed("bad_request", "control messages must be JSON objects (this one is nested too deeply).") from None
         if not isinstance(msg, dict):
             raise _Closed("bad_request", f"control messages must be JSON objects, got {type(msg).__name__}.")
         return msg
@@ -466,7 +498,7 @@ def add_live_routes(routes, avatars: LiveAvatars, token: Optional[str] = None, l
     async def live_socket(request):
         ws = web.WebSocketResponse(max_msg_size=2 * limits.max_message_bytes, heartbeat=30)
         await ws.prepare(request)
-        session = _Session(ws, avatars, limits)
+        session = _Session(request, ws, avatars, limits)
         if not _authorized(request, token):
             await session.fail("unauthorized", _UNAUTHORIZED)
         else:
@@ -474,8 +506,8 @@ def add_live_routes(routes, avatars: LiveAvatars, token: Optional[str] = None, l
         return ws
 
 
-_UNAUTHORIZED = ("this live server needs its token: connect with ?token=... (clients on other machines are "
-                 "only served by a server started with --token)")
+_UNAUTHORIZED = ("this live server needs its token: connect with ?token=... (clients on other machines, and "
+                 "pages served from elsewhere, are only served by a server started with --token)")
 
 
 def create_app(avatars: LiveAvatars, token: Optional[str] = None, limits: Limits = Limits()):

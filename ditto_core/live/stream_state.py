@@ -37,9 +37,10 @@ class StreamConfig:
     def __post_init__(self) -> None:
         if self.output not in OUTPUTS:
             raise InputError(f"output must be one of {', '.join(OUTPUTS)}, got {self.output!r}.")
-        if self.max_size is not None and not (isinstance(self.max_size, int) and 16 <= self.max_size <= 4096):
+        if self.max_size is not None and not (isinstance(self.max_size, int) and not isinstance(self.max_size, bool)
+                                              and 16 <= self.max_size <= 4096):
             raise InputError(f"max_size must be an integer in [16, 4096] pixels, got {self.max_size!r}.")
-        if not (isinstance(self.quality, int) and 1 <= self.quality <= 100):
+        if not (isinstance(self.quality, int) and not isinstance(self.quality, bool) and 1 <= self.quality <= 100):
             raise InputError(f"quality must be an integer in [1, 100], got {self.quality!r}.")
         if not (isinstance(self.overlap, int) and 5 <= self.overlap < WINDOW):
             raise InputError(f"overlap must be an integer in [5, {WINDOW - 1}] frames, got {self.overlap!r}.")
