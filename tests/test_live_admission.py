@@ -142,3 +142,34 @@ def test_serve_takes_a_share_or_zero_for_no_limit():
 def test_runtime_refuses_a_load_limit_outside_a_share(pipeline):
     with pytest.raises(ValueError, match="max_load must be a share"):
         LiveRuntime(pipeline, renderer=RecordingRenderer(), max_load=1.5)
+
+
+@pytest.mark.reliability(area="Live streams", case="clients asking for ever new step counts",
+                         behaviour="a runtime keeps at most 4 samplers: one no open stream uses makes room; with all "
+                                   "in use the stream is refused naming the step counts it can use")
+def test_a_runtime_keeps_a_bounded_set_of_samplers(pipeline, monkeypatch):
+    from ditto_core.errors import InputError
+    from ditto_core.live import runtime as live_runtime
+    from ditto_core.live.runtime import MAX_SAMPLERS
+
+    class StepsSampler(ProjectionSampler):  # the light pipeline's LMDM has no noise schedule to sample with
+        def __init__(self, lmdm, steps, **settings):
+            super().__init__()
+            self.steps = steps
+
+    monkeypatch.setattr(live_runtime, "DDIMSampler", StepsSampler)
+    runtime = LiveRuntime(pipeline, max_streams=8, renderer=RecordingRenderer(), max_load=None)
+    source = random_source(1, is_image=True, seed=2)
+    try:
+        def open_with(steps):
+            return runtime.open_state(source, MotionOptions(steps=steps), StreamConfig(), deliver=lambda item: None)
+
+        states = [open_with(steps) for steps in range(1, MAX_SAMPLERS + 1)]
+        assert open_with(2).sampler is states[1].sampler  # the same settings share one sampler
+        with pytest.raises(InputError, match=r"steps=9: .* \(steps 1, 2, 3, 4\); use one of those steps"):
+            open_with(9)
+        runtime.close_state(states[0])
+        assert open_with(9).sampler.steps == 9
+        assert sorted(key[0] for key in runtime._samplers) == [2, 3, 4, 9]
+    finally:
+        runtime.shutdown()
