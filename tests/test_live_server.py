@@ -214,6 +214,34 @@ def test_a_clear_after_end_still_ends_the_stream(pipeline, delay):
     assert texts[-1] == {"type": "end", "frames": len(frames)}, texts
 
 
+@pytest.mark.reliability(area="Live streams", case="speech cut into a few samples a message, thousands a second",
+                         behaviour="closed with 4400 asking for pieces of 10 ms or more; the other streams keep "
+                                   "their pace")
+def test_a_flood_of_tiny_audio_messages_is_refused(pipeline):
+    avatars = _avatars(pipeline)
+
+    async def run():
+        async with serving(avatars, limits=Limits(audio_messages_per_s=50, audio_message_burst=20)) as (session, url):
+            ws = await _open(session, url)
+            await ws.receive(timeout=30)
+            for _ in range(200):
+                await ws.send_bytes(b"\x01\x00" * 2)
+            return await _until_closed(ws), ws.close_code
+
+    messages, code = asyncio.run(run())
+    avatars.shutdown()
+    errors = _close(messages)
+    assert code == 4400 and "audio messages a second" in errors[0]["message"], errors
+
+
+def test_the_token_can_come_from_the_environment(monkeypatch):
+    from ditto_core.__main__ import build_parser
+
+    monkeypatch.setenv("DITTO_LIVE_TOKEN", "from-env")
+    assert build_parser().parse_args(["serve"]).token == "from-env"
+    assert build_parser().parse_args(["serve", "--token", "flag"]).token == "flag"
+
+
 def _close(messages):
     texts, _ = messages
     return [t for t in texts if t["type"] == "error"]

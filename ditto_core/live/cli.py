@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from ..precision import NETWORK_PRECISIONS
@@ -29,7 +30,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="random networks, no face detector, stand-in HuBERT (protocol tests; the video is noise)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
     p.add_argument("--port", type=int, default=8765, help="port to listen on (default: 8765)")
-    p.add_argument("--token", default=None, help="secret clients must send (?token=...); required off loopback")
+    p.add_argument("--token", default=os.environ.get("DITTO_LIVE_TOKEN") or None,
+                   help="secret clients must send (?token=...); required off loopback (default: $DITTO_LIVE_TOKEN, "
+                        "which other users cannot read in the process list as they can a flag)")
     p.add_argument("--max-streams", type=int, default=MAX_STREAMS,
                    help=f"live streams admitted at once (default {MAX_STREAMS}; bench_live.py measures what a device "
                         "sustains)")

@@ -447,10 +447,15 @@ class LiveRuntime:
             state.speech.truncate(cut)
             state.speech.append(torch.zeros(max(0, resume - state.speech.end)))
             state.push_times.clear()
-        for samples, pushed in pending:
-            state.audio.push(samples)
-            state.speech.append(samples)
-            state.push_times.append((state.audio.received, pushed))
+        if pending:
+            # One join a round however many pieces the client sent (each append copies the buffer).
+            position = state.audio.received
+            joined = torch.cat([samples for samples, _ in pending])
+            state.audio.push(joined)
+            state.speech.append(joined)
+            for samples, pushed in pending:
+                position += samples.shape[0]
+                state.push_times.append((position, pushed))
         if end and not state.audio.ended:
             state.audio.end()
         idle = state.config.idle and not state.audio.ended and not pending and not state.audio.has_window()

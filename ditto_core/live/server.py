@@ -84,6 +84,11 @@ class Limits:
 
     max_message_bytes: int = 1 << 20  # one binary message: 1 MiB is 32 s of 16 kHz PCM16
     max_control_bytes: int = 16 << 10
+    # Audio messages a second, sustained, and in a burst (a network hiccup delivers many at once):
+    # each costs a push on the event loop, so a client slicing speech into a few samples a message
+    # would slow every stream. 250 a second is 4 ms pieces; clients send 10-100 ms.
+    audio_messages_per_s: float = 250.0
+    audio_message_burst: int = 1000
     open_timeout_s: float = 10.0  # the first message must come within this
     stall_timeout_s: float = 5.0  # a client that takes no frames for this long is disconnected
 
@@ -409,12 +414,20 @@ class _Session:
     async def _receive(self) -> None:
         import aiohttp
 
+        allowance, last = float(self.limits.audio_message_burst), time.monotonic()
         while True:
             msg = await self.ws.receive()
             if msg.type == aiohttp.WSMsgType.BINARY:
                 if len(msg.data) > self.limits.max_message_bytes:
                     raise _Closed("too_large", f"audio message of {len(msg.data)} bytes; the limit is "
                                                f"{self.limits.max_message_bytes}: send smaller chunks.")
+                now = time.monotonic()
+                allowance = min(self.limits.audio_message_burst,
+                                allowance + (now - last) * self.limits.audio_messages_per_s) - 1
+                last = now
+                if allowance < 0:
+                    raise _Closed("bad_request", f"more than {self.limits.audio_messages_per_s:g} audio messages a "
+                                                 "second: send speech in pieces of 10 ms or more.")
                 try:
                     self.stream.push_audio(msg.data, self.rate)
                 except BackpressureError as error:
@@ -538,8 +551,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not _is_loopback(args.host) and not args.token:
         raise InputError(
-            f"--host {args.host} makes the server reachable from other machines: pass --token SECRET as well "
-            "(clients then connect with ?token=SECRET), or bind to 127.0.0.1."
+            f"--host {args.host} makes the server reachable from other machines: set DITTO_LIVE_TOKEN=SECRET (or "
+            "pass --token SECRET; clients then connect with ?token=SECRET), or bind to 127.0.0.1."
         )
     avatar_specs = []
     for spec in args.avatar:
