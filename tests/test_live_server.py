@@ -234,6 +234,22 @@ def test_a_flood_of_tiny_audio_messages_is_refused(pipeline):
     assert code == 4400 and "audio messages a second" in errors[0]["message"], errors
 
 
+def test_one_message_longer_than_the_buffer_is_refused_for_its_size(pipeline):
+    avatars = _avatars(pipeline)
+
+    async def run():
+        async with serving(avatars) as (session, url):
+            ws = await _open(session, url, sample_rate=8000)
+            await ws.receive(timeout=30)
+            await ws.send_bytes(b"\x00\x01" * 8000 * 31)  # 31 s in one message, under the 1 MiB limit
+            return await _until_closed(ws), ws.close_code
+
+    messages, code = asyncio.run(run())
+    avatars.shutdown()
+    errors = _close(messages)
+    assert code == 4400 and "more than a stream buffers (30 s)" in errors[0]["message"], errors
+
+
 def test_the_token_can_come_from_the_environment(monkeypatch):
     from ditto_core.__main__ import build_parser
 

@@ -292,7 +292,11 @@ class LiveRuntime:
             if state.end_requested:
                 raise InputError("audio pushed after end(): the stream is finishing; open a new one for new speech.")
             limit = state.config.max_buffered_seconds
-            if state.buffered_seconds() + samples_16k.shape[0] / SAMPLE_RATE > limit:
+            seconds = samples_16k.shape[0] / SAMPLE_RATE
+            if seconds > limit:  # never fits, however fast the client reads
+                raise InputError(f"one push of {seconds:.1f} s of speech is more than a stream buffers ({limit:g} s): "
+                                 "push it in smaller pieces.")
+            if state.buffered_seconds() + seconds > limit:
                 raise BackpressureError(
                     f"the stream already buffers {state.buffered_seconds():.1f} s of speech that is not animated "
                     f"yet (limit {limit:g} s): push audio no faster than real time, or read the frames."
