@@ -66,6 +66,25 @@ def test_load_encoded_files(tmp_path, codec, suffix, rate, tolerance):
         assert err < tolerance, (suffix, channel, err)
 
 
+@pytest.mark.reliability(area="Audio", case="speech of 8 or more channels (a multichannel WAV or FLAC)",
+                         behaviour="loaded channels-first and mixed down like stereo (it used to crash the process "
+                                   "inside PyAV)")
+@pytest.mark.parametrize("channels", [1, 2, 8, 12])
+def test_wav_of_many_channels_loads_channels_first(tmp_path, channels):
+    """8 channels and more used to crash the process inside PyAV (planar frames read past their planes)."""
+    rate, frames = 16000, 4000
+    pcm = (np.arange(frames * channels).reshape(frames, channels) % 1000 - 500).astype("<i2")
+    path = tmp_path / f"speech_{channels}ch.wav"
+    with wave.open(str(path), "wb") as f:
+        f.setnchannels(channels)
+        f.setsampwidth(2)
+        f.setframerate(rate)
+        f.writeframes(pcm.tobytes())
+    waveform, got_rate = load_audio(path)
+    assert got_rate == rate and waveform.shape == (channels, frames)
+    assert torch.equal(waveform, torch.from_numpy(pcm.T.astype(np.float32) / 32768))
+
+
 def test_load_missing_corrupt_and_audio_less_files(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
         load_audio(tmp_path / "nope.wav")

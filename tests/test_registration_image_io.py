@@ -63,6 +63,8 @@ def test_size_limits():
     with pytest.raises(InputError, match="above the 64 MP limit"):
         check_frame_size(9000, 9000, "huge.png")
     check_frame_size(1080, 1920, "fine.png")
+    with pytest.raises(InputError, match="more than 8 times longer one way than the other"):
+        check_frame_size(250_000, 64, "strip.png")  # scaled to 1920 px tall it would be 0 px wide
 
 
 def _png_claiming_size(path, width: int, height: int) -> None:
@@ -79,6 +81,19 @@ def test_huge_image_refused_before_decoding(tmp_path):
     _png_claiming_size(path, 9000, 8000)  # decoding would fail: only the header can be what refuses it
     with pytest.raises(InputError, match="huge.png is 9000x8000 pixels"):
         load_source(path)
+
+
+@pytest.mark.reliability(area="Images", case="a portrait file whose header claims hundreds of megapixels, an SVG "
+                         "named .png, or a strip more than 8 times longer than wide",
+                         behaviour="refused with the size limit's message, as unreadable, or asking for a crop "
+                                   "(they used to end in a traceback)")
+def test_a_header_past_pillows_bomb_guard_gets_the_size_limits_error(tmp_path):
+    path = tmp_path / "bomb.png"
+    _png_claiming_size(path, 20000, 20000)  # 400 MP: Pillow itself refuses to open it
+    with pytest.raises(InputError, match="bomb.png declares more pixels than the 64 MP limit"):
+        load_source(path)
+    with pytest.raises(InputError, match="bomb.png declares more pixels than the 64 MP limit"):
+        read_image(path)
 
 
 def test_file_formats(tmp_path):
@@ -117,6 +132,11 @@ def test_unreadable_sources(tmp_path):
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(InputError, match="could not be opened as an image or a video"):
         load_source(tmp_path / "notes.txt")
+    svg = tmp_path / "drawing.png"  # FFmpeg recognises SVG, but has no decoder for it here
+    svg.write_text('<?xml version="1.0"?><svg xmlns="http://www.w3.org/2000/svg" width="64" height="64">'
+                   '<rect width="64" height="64" fill="red"/></svg>')
+    with pytest.raises(InputError, match="drawing.png could not be opened as an image or a video"):
+        load_source(svg)
 
 
 def test_resize_matches_opencv_bilinear(example_dir):

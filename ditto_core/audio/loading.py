@@ -41,8 +41,9 @@ def load_audio(path: Union[str, os.PathLike]) -> tuple[Tensor, int]:
         raise InputError(f"audio file {str(path)!r} does not exist; check the path.")
     blocks: list[np.ndarray] = []
     rates: set[int] = set()
-    # Planar float32 at the stream's own rate and layout: a pure sample-format conversion.
-    to_float = av.AudioResampler(format="fltp")
+    # Packed float32 at the stream's own rate and layout: a pure sample-format conversion. (Not
+    # planar: PyAV reads past the planes of a planar frame of 8 channels or more and crashes.)
+    to_float = av.AudioResampler(format="flt")
     try:
         with av.open(str(path)) as container:
             if not container.streams.audio:
@@ -50,8 +51,8 @@ def load_audio(path: Union[str, os.PathLike]) -> tuple[Tensor, int]:
             stream = container.streams.audio[0]
             for frame in container.decode(stream):
                 rates.add(frame.sample_rate)
-                blocks.extend(out.to_ndarray() for out in to_float.resample(frame))
-            blocks.extend(out.to_ndarray() for out in to_float.resample(None))
+                blocks.extend(map(_channels_first, to_float.resample(frame)))
+            blocks.extend(map(_channels_first, to_float.resample(None)))
     except av.FFmpegError as err:
         raise InputError(
             f"cannot decode audio file {str(path)!r} ({err}); it is corrupt or not an audio "
@@ -64,6 +65,11 @@ def load_audio(path: Union[str, os.PathLike]) -> tuple[Tensor, int]:
             f"audio file {str(path)!r} changes sample rate mid-stream {sorted(rates)}; re-encode it."
         )
     return torch.from_numpy(np.concatenate(blocks, axis=-1)), rates.pop()
+
+
+def _channels_first(frame) -> np.ndarray:
+    """A packed float frame's samples as ``(channels, samples)``."""
+    return frame.to_ndarray().reshape(-1, len(frame.layout.channels)).T
 
 
 def check_sample_rate(sample_rate: object, name: str) -> int:

@@ -24,6 +24,8 @@ MAX_SOURCE_PIXELS = 8000 * 8000
 over ``max_size`` and decoding alone could take gigabytes."""
 MIN_SOURCE_SIDE = 64
 """Below this no face detector or crop can produce a usable portrait."""
+MAX_ASPECT = 8
+"""Longest side over shortest: a longer strip, scaled to the 1920 px frame rule, has no face's room."""
 _RESIZE_CHUNK = 8  # frames resized per batch: bounds the float32 copy of a long 4K video
 
 
@@ -101,6 +103,11 @@ def check_frame_size(height: int, width: int, name: str) -> None:
             f"{name} is only {width}x{height} pixels; a face needs at least {MIN_SOURCE_SIDE} px on each side "
             f"(512 px or more gives good results). Use a larger image."
         )
+    if max(height, width) > MAX_ASPECT * min(height, width):
+        raise InputError(
+            f"{name} is {width}x{height} pixels, more than {MAX_ASPECT} times longer one way than the other; "
+            "crop it around the face."
+        )
 
 
 def resize_frames(frames: Tensor, height: int, width: int) -> Tensor:
@@ -119,6 +126,16 @@ def resize_frames(frames: Tensor, height: int, width: int) -> Tensor:
     return out
 
 
+def _opened(Image, path: Path):
+    """``Image.open(path)``, with Pillow's refusal of a header declaring hundreds of megapixels
+    (its decompression-bomb guard) turned into the size limit's own error."""
+    try:
+        return Image.open(path)
+    except Image.DecompressionBombError as exc:
+        raise InputError(f"image {path.name} declares more pixels than the {MAX_SOURCE_PIXELS / 1e6:.0f} MP limit "
+                         f"({exc}). Downscale it (a 1920 px side is plenty) and try again.") from None
+
+
 def read_image(path: Path | str) -> np.ndarray:
     """Decode an image file to ``(1, H, W, C)`` (uint8/uint16, C in 1..4) with EXIF rotation applied.
 
@@ -129,7 +146,7 @@ def read_image(path: Path | str) -> np.ndarray:
 
     path = Path(path)
     try:
-        with Image.open(path) as img:
+        with _opened(Image, path) as img:
             check_frame_size(img.height, img.width, f"image {path.name}")
             img = ImageOps.exif_transpose(img)
             if img.mode in ("I;16", "I;16L", "I;16B", "I"):
@@ -167,6 +184,8 @@ def read_video(path: Path | str, max_frames: Optional[int] = None) -> np.ndarray
         if not container.streams.video:
             raise InputError(f"{path.name} has no video stream. Use an image or a video file.")
         stream = container.streams.video[0]
+        if stream.codec_context is None:  # a format FFmpeg recognises without a decoder here (SVG)
+            raise InputError(unreadable.format(f" (no decoder for {stream.codec.name if stream.codec else 'it'})"))
         height, width = stream.codec_context.height, stream.codec_context.width
         if height * width == 0:  # FFmpeg probes many non-video files as a dimensionless "video"
             raise InputError(unreadable.format(""))
@@ -210,7 +229,7 @@ def load_source(path: Path | str, max_frames: Optional[int] = None) -> tuple[np.
     if not path.is_file():
         raise InputError(f"source file {path} does not exist. Check the path.")
     try:
-        with Image.open(path) as img:
+        with _opened(Image, path) as img:
             still = getattr(img, "n_frames", 1) == 1
     except (UnidentifiedImageError, OSError):
         still = False
