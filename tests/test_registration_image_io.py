@@ -126,6 +126,16 @@ def test_video_source(tmp_path):
     assert load_source(path, max_frames=2)[0].shape[0] == 2
 
 
+def test_an_animation_ffmpeg_cannot_decode_is_read_by_pillow(tmp_path):
+    path = tmp_path / "wave.webp"  # animated WebP: FFmpeg here has no decoder for it
+    shades = [Image.new("RGB", (96, 80), (40 * i, 90, 160)) for i in range(4)]
+    shades[0].save(path, save_all=True, append_images=shades[1:], duration=40, loop=0, lossless=True)
+    frames, is_image = load_source(path)
+    assert not is_image and frames.shape == (4, 80, 96, 3) and frames.dtype == np.uint8
+    assert [int(f[0, 0, 0]) for f in frames] == [0, 40, 80, 120]
+    assert load_source(path, max_frames=2)[0].shape[0] == 2
+
+
 def test_unreadable_sources(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
         load_source(tmp_path / "missing.jpg")

@@ -216,6 +216,27 @@ def read_video(path: Path | str, max_frames: Optional[int] = None) -> np.ndarray
     return np.concatenate([frames, np.stack(extra)]) if extra else frames[:count]
 
 
+def read_animation(path: Path | str, max_frames: Optional[int] = None) -> np.ndarray:
+    """Decode an animated image's frames with Pillow to ``(N, H, W, 3)`` uint8 RGB."""
+    from PIL import Image, ImageSequence
+
+    path = Path(path)
+    frames = []
+    try:
+        with _opened(Image, path) as img:
+            check_frame_size(img.height, img.width, f"animation {path.name}")
+            for frame in ImageSequence.Iterator(img):
+                if max_frames is not None and len(frames) >= max_frames:
+                    break
+                frames.append(np.asarray(frame.convert("RGB")))
+    except InputError:
+        raise
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise InputError(f"animation {path.name} could not be decoded after {len(frames)} frame(s) ({exc}). "
+                         "Convert it to an MP4 video.") from exc
+    return np.stack(frames)
+
+
 def load_source(path: Path | str, max_frames: Optional[int] = None) -> tuple[np.ndarray, bool]:
     """Read an image or a video file: ``(frames (N, H, W, C), is_image)``.
 
@@ -230,10 +251,15 @@ def load_source(path: Path | str, max_frames: Optional[int] = None) -> tuple[np.
         raise InputError(f"source file {path} does not exist. Check the path.")
     try:
         with _opened(Image, path) as img:
-            still = getattr(img, "n_frames", 1) == 1
+            pillow_frames = getattr(img, "n_frames", 1)
     except (UnidentifiedImageError, OSError):
-        still = False
-    if still:
+        pillow_frames = 0  # not an image Pillow knows
+    if pillow_frames == 1:
         return read_image(path), True
-    frames = read_video(path, max_frames)
+    try:
+        frames = read_video(path, max_frames)
+    except InputError:
+        if not pillow_frames:
+            raise
+        frames = read_animation(path, max_frames)  # an animation FFmpeg cannot decode here (animated WebP)
     return frames, len(frames) == 1
