@@ -266,13 +266,7 @@ def test_unload_wired_after_a_ditto_output_releases_the_models_once_it_is_made(c
     def register(crop_scale: float, unload: bool) -> int:
         # A new crop makes the registration run again; use_cache off makes it need the networks.
         _run_prompt(url, {
-            "1": {"class_type": "DittoLoadModels",
-                  "inputs": {"model_folder": ".", "device": "cpu", "precision": "fp32", "download_missing": False}},
-            "2": {"class_type": "LoadImage", "inputs": {"image": "ditto_portrait.jpg"}},
-            "3": {"class_type": "DittoRegisterAvatar",
-                  "inputs": {"models": ["1", 0], "image": ["2", 0], "detect_face": False, "use_cache": False,
-                             "crop_scale": crop_scale, "crop_vx_ratio": 0.0, "crop_vy_ratio": -0.125,
-                             "face_index": -1, "max_size": 512, "video_smoothing": 13}},
+            **_registered_portrait(use_cache=False, crop_scale=crop_scale, max_size=512),
             "4": {"class_type": "DittoUnloadModels", "inputs": {"enabled": unload, "models": ["1", 0], "after": ["3", 0]}},
         })
         return log.read_text().count("Requested to load DittoNetworks")
@@ -280,6 +274,19 @@ def test_unload_wired_after_a_ditto_output_releases_the_models_once_it_is_made(c
     register(2.3, unload=False)  # the set is loaded now, whatever earlier tests left
     loaded = register(2.31, unload=True)
     assert register(2.32, unload=False) == loaded + 1, "Unload ran before the registration it was wired after"
+
+
+def _registered_portrait(use_cache: bool, crop_scale: float, max_size: int) -> dict:
+    """Prompt nodes 1-3: Load Ditto Models (CPU, fp32), the example portrait, Register Avatar (no face detection)."""
+    return {
+        "1": {"class_type": "DittoLoadModels",
+              "inputs": {"model_folder": ".", "device": "cpu", "precision": "fp32", "download_missing": False}},
+        "2": {"class_type": "LoadImage", "inputs": {"image": "ditto_portrait.jpg"}},
+        "3": {"class_type": "DittoRegisterAvatar",
+              "inputs": {"models": ["1", 0], "image": ["2", 0], "detect_face": False, "use_cache": use_cache,
+                         "crop_scale": crop_scale, "crop_vx_ratio": 0.0, "crop_vy_ratio": -0.125, "face_index": -1,
+                         "max_size": max_size, "video_smoothing": 13}},
+    }
 
 
 def test_a_published_avatar_streams_from_comfyuis_own_server_until_its_models_are_unloaded(comfy):
@@ -294,13 +301,7 @@ def test_a_published_avatar_streams_from_comfyuis_own_server_until_its_models_ar
 
     url, _ = comfy
     _run_prompt(url, {
-        "1": {"class_type": "DittoLoadModels",
-              "inputs": {"model_folder": ".", "device": "cpu", "precision": "fp32", "download_missing": False}},
-        "2": {"class_type": "LoadImage", "inputs": {"image": "ditto_portrait.jpg"}},
-        "3": {"class_type": "DittoRegisterAvatar",
-              "inputs": {"models": ["1", 0], "image": ["2", 0], "detect_face": False, "use_cache": True,
-                         "crop_scale": 2.3, "crop_vx_ratio": 0.0, "crop_vy_ratio": -0.125, "face_index": -1,
-                         "max_size": 1920, "video_smoothing": 13}},
+        **_registered_portrait(use_cache=True, crop_scale=2.3, max_size=1920),
         "4": {"class_type": "DittoPublishLiveAvatar",
               "inputs": {"models": ["1", 0], "source": ["3", 0], "avatar_id": "anna"}},
     })
