@@ -269,9 +269,10 @@ def _authorized(request, token: Optional[str]) -> bool:
 
 def _names_loopback(netloc: str) -> bool:
     """Whether a Host header or an Origin's ``host[:port]`` names this machine's loopback."""
-    host = netloc.rsplit("@", 1)[-1]
-    host = host[1:].split("]", 1)[0] if host.startswith("[") else host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    return _is_loopback(host.lower())
+    try:
+        return _is_loopback(urlsplit("//" + netloc).hostname)  # drops user, port and IPv6 brackets; lower case
+    except ValueError:  # e.g. an unclosed "[" or a port that is no number
+        return False
 
 
 class _Closed(Exception):
