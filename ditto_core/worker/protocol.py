@@ -84,7 +84,8 @@ def private_folder(path: Path, create: bool, source: str = "--socket") -> Path:
         raise InputError(f"{source} {path}: cannot use the folder {folder} ({error}); pass another --socket") from None
     if problem is not None:
         # chmod helps with a folder of ours; a shared one (/tmp: sticky) or another user's needs a folder of our own.
-        mine = problem.startswith("mode") and not folder.stat().st_mode & stat.S_ISVTX
+        info = folder.stat()
+        mine = info.st_uid == os.getuid() and not info.st_mode & stat.S_ISVTX
         fix = (f"run `chmod 700 {folder}` or pass another --socket" if mine else
                f"make a folder of your own (`mkdir -m 700 {folder / 'ditto'}`) and pass --socket "
                f"{folder / 'ditto' / SOCKET_NAME}")
