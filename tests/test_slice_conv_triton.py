@@ -81,3 +81,18 @@ def test_mask_conv_by_triton_matches_fp32_as_closely_as_cudnn(dtype):
     got = taps(x.to(dtype))
     assert got.dtype == torch.float32 and got.shape == want.shape
     assert rel_l2(got, want) < 1.5 * rel_l2(cudnn, want) + 1e-4
+
+
+def test_a_new_batch_size_compiles_no_tile_anew():
+    """Triton compiles a kernel once per value of each of its constants: the slice count (16 a
+    frame) must not be one, or every batch size (the eager first batch, full batches, the last
+    one, the live ladder) compiles all six tiles again. It stays in the autotuning key."""
+    triton = pytest.importorskip("triton")
+    from ditto_core.models import slice_conv_triton
+
+    kernel = slice_conv_triton._slice_conv_kernel
+    constants = {kernel.arg_names[i] for i in kernel.constexprs}
+    assert "SLICES" in kernel.arg_names and "SLICES" not in constants
+    assert {"H", "W", "C", "N"} <= constants  # the conv's shape is: one model, one shape
+    assert "SLICES" in slice_conv_triton._autotuned_kernel.keys
+    assert isinstance(slice_conv_triton._autotuned_kernel, triton.runtime.Autotuner)

@@ -74,7 +74,7 @@ def _slice_conv_kernel(
     x_ptr, w_ptr, out_ptr,
     x_slice_stride, x_row_stride, x_pixel_stride,
     H: tl.constexpr, W: tl.constexpr, C: tl.constexpr, N: tl.constexpr, N_PAD: tl.constexpr,
-    KH: tl.constexpr, KW: tl.constexpr, SLICES: tl.constexpr,
+    KH: tl.constexpr, KW: tl.constexpr, SLICES,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr,
     BLOCK_K: tl.constexpr, K_TAIL: tl.constexpr,
 ):
@@ -124,7 +124,11 @@ def _slice_conv_kernel(
 
 
 # The slice count is part of the key: 512 slices (a batch of 32) and 64 (the engine's eager
-# first batch of 4) fill the GPU differently and may keep different tiles.
+# first batch of 4) fill the GPU differently and may keep different tiles. It is a plain
+# argument, not a constant of the kernel (the kernel never reads it): as a constant, every batch
+# size compiled every tile anew (the first run of a clip, with its first, full and last
+# batches, compiled eighteen kernels instead of six, and the live ladder's four sizes
+# twenty-four), and each compile costs seconds before the first frame.
 # The winning tile is kept in Triton's on-disk cache (a JSON of timings, keyed by the kernel's
 # source, the key values and the GPU) where this Triton can, so a new process does not re-time
 # every tile before its first frame.
