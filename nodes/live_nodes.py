@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from comfy_api.latest import io
 
-from ditto_core.live.admission import MAX_LOAD, MAX_STREAMS
-from ditto_core.live.server import PREFIX, LiveAvatars, add_live_routes
+from ditto_core.live.admission import MAX_LOAD, MAX_STREAMS, SILENT_TIMEOUT_S
+from ditto_core.live.server import PREFIX, Limits, LiveAvatars, add_live_routes
 from ditto_core.motion.motion_options import MotionOptions
 from ditto_core.registration.source_info import SourceInfo
 
@@ -24,27 +25,47 @@ from .model_registry import REGISTRY, ModelHandle
 log = logging.getLogger(__name__)
 
 
-def _setting(name: str, default, parse: Callable[[str], Any], valid: Callable[[Any], bool], meaning: str):
+@dataclass(frozen=True)
+class _Setting:
+    """How one ``DITTO_LIVE_*`` environment variable is read: its default, parser, test, and meaning."""
+
+    default: Any
+    parse: Callable[[str], Any]
+    valid: Callable[[Any], bool]
+    meaning: str
+
+
+SETTINGS = {
+    "DITTO_LIVE_MAX_STREAMS": _Setting(MAX_STREAMS, int, lambda n: n >= 1, "a whole number of streams, 1 or more"),
+    "DITTO_LIVE_MAX_LOAD": _Setting(MAX_LOAD, float, lambda x: 0 <= x <= 1,
+                                    "a share of the device's time between 0 and 1 (0: no limit)"),
+    "DITTO_LIVE_SILENT_TIMEOUT": _Setting(SILENT_TIMEOUT_S, float, lambda x: 0 <= x < float("inf"),
+                                          "a number of seconds, 0 or more (0: no limit)"),
+}
+"""The live server's settings on ComfyUI (the standalone ``serve`` takes them as flags)."""
+
+
+def setting(name: str):
     """An environment setting; a bad value is logged and the default used (ComfyUI must still load the pack)."""
+    spec = SETTINGS[name]
     text = os.environ.get(name)
     if text is None:
-        return default
+        return spec.default
     try:
-        value = parse(text)
+        value = spec.parse(text)
     except ValueError:
         value = None
-    if value is None or not valid(value):
-        log.warning("Ditto live: %s=%r is not %s; using %r.", name, text, meaning, default)
-        return default
+    if value is None or not spec.valid(value):
+        log.warning("Ditto live: %s=%r is not %s; using %r.", name, text, spec.meaning, spec.default)
+        return spec.default
     return value
 
 
-LIVE_AVATARS = LiveAvatars(
-    max_streams=_setting("DITTO_LIVE_MAX_STREAMS", MAX_STREAMS, int, lambda n: n >= 1, "a whole number of streams, 1 or more"),
-    max_load=_setting("DITTO_LIVE_MAX_LOAD", MAX_LOAD, float, lambda x: 0 <= x <= 1,
-                      "a share of the device's time between 0 and 1 (0: no limit)") or None,
-)
+LIVE_AVATARS = LiveAvatars(max_streams=setting("DITTO_LIVE_MAX_STREAMS"), max_load=setting("DITTO_LIVE_MAX_LOAD") or None)
 """The avatars ComfyUI's live routes can open (process-wide, like REGISTRY)."""
+
+LIVE_LIMITS = Limits(silent_timeout_s=setting("DITTO_LIVE_SILENT_TIMEOUT") or None)
+"""What one live connection on ComfyUI's server may do."""
 
 
 def _withdraw_avatars(pipeline) -> None:
@@ -68,7 +89,7 @@ def register_live_routes() -> bool:
     server = getattr(PromptServer, "instance", None)
     if server is None or getattr(server, "_ditto_live_routes", False):
         return False
-    add_live_routes(server.routes, LIVE_AVATARS, token=os.environ.get("DITTO_LIVE_TOKEN") or None)
+    add_live_routes(server.routes, LIVE_AVATARS, token=os.environ.get("DITTO_LIVE_TOKEN") or None, limits=LIVE_LIMITS)
     server._ditto_live_routes = True
     return True
 

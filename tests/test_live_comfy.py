@@ -125,12 +125,14 @@ def test_unloading_the_models_withdraws_their_live_avatars_and_stops_the_runtime
 @pytest.mark.parametrize("name, text, expected", [
     ("DITTO_LIVE_MAX_LOAD", "0.5", 0.5), ("DITTO_LIVE_MAX_LOAD", "2", None), ("DITTO_LIVE_MAX_LOAD", "high", None),
     ("DITTO_LIVE_MAX_STREAMS", "8", 8), ("DITTO_LIVE_MAX_STREAMS", "0", None), ("DITTO_LIVE_MAX_STREAMS", "8.5", None),
+    ("DITTO_LIVE_SILENT_TIMEOUT", "30", 30.0), ("DITTO_LIVE_SILENT_TIMEOUT", "0", 0.0),
+    ("DITTO_LIVE_SILENT_TIMEOUT", "-5", None), ("DITTO_LIVE_SILENT_TIMEOUT", "inf", None),
+    ("DITTO_LIVE_SILENT_TIMEOUT", "nan", None),
 ])
 def test_live_settings_from_the_environment_fall_back_to_the_default_with_a_warning(monkeypatch, caplog, name, text,
                                                                                      expected):
     """A bad value must not stop ComfyUI from loading the pack: it is logged and the default used."""
     monkeypatch.setenv(name, text)
-    parse, valid = (float, lambda x: 0 <= x <= 1) if name.endswith("LOAD") else (int, lambda n: n >= 1)
-    value = live_nodes._setting(name, "default", parse, valid, "what it should be")
-    assert value == (expected if expected is not None else "default")
-    assert (f"{name}={text!r} is not what it should be" in caplog.text) == (expected is None)
+    value = live_nodes.setting(name)
+    assert value == (expected if expected is not None else live_nodes.SETTINGS[name].default)
+    assert (f"{name}={text!r} is not " in caplog.text) == (expected is None)

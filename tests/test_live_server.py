@@ -25,6 +25,7 @@ import pytest
 import torch
 from aiohttp import web
 
+from ditto_core.__main__ import build_parser
 from ditto_core.errors import InputError
 from ditto_core.live import AvatarStream, LiveRuntime, StreamConfig
 from ditto_core.live.server import CLOSE_CODES, Limits, LiveAvatars, _authorized, create_app, unpack_frame
@@ -425,6 +426,64 @@ def test_client_that_stops_reading_is_closed_and_freed(pipeline):
     assert freed
     assert rendered < 8 * 25  # paused: it did not render the 8 s of speech it was sent
     assert code == 4408 and "took no frames" in _close((texts, frames))[0]["message"]
+
+
+@pytest.mark.reliability(area="Live streams", case="a client that opens a stream and sends no speech",
+                         behaviour="speech keeps it open; silent for --silent-timeout (default 600 s) it is closed "
+                                   "with 4408 naming the timeout, and its place freed")
+def test_a_stream_without_speech_is_closed_and_its_place_freed(pipeline):
+    avatars = _avatars(pipeline)
+
+    async def run():
+        async with serving(avatars, limits=Limits(silent_timeout_s=0.6)) as (session, url):
+            ws = await _open(session, url)
+            assert json.loads((await ws.receive(timeout=30)).data)["type"] == "ready"
+            runtime = next(iter(avatars._runtimes.values()))
+            reading = asyncio.ensure_future(_until_closed(ws))
+            for _ in range(8):  # 1.6 s of speech in pieces, longer than the timeout: it stays open
+                await ws.send_bytes(_pcm(0.1))
+                await asyncio.sleep(0.2)
+            open_while_speaking = not reading.done() and runtime.active_streams == 1
+            texts, frames = await asyncio.wait_for(reading, timeout=30)
+            return open_while_speaking, runtime.active_streams, texts, frames, ws.close_code
+
+    open_while_speaking, active, texts, frames, code = asyncio.run(run())
+    avatars.shutdown()
+    assert open_while_speaking and frames  # it rendered the speech it was sent
+    assert active == 0
+    errors = _close((texts, frames))
+    assert code == 4408 and errors[0]["code"] == "silent" and "no speech for 0.6 s" in errors[0]["message"]
+
+
+def test_a_stream_that_ended_is_not_cut_by_the_silent_timeout(pipeline):
+    avatars = _avatars(pipeline, renderer=NoiseRenderer(delay=0.4))
+
+    async def run():
+        async with serving(avatars, limits=Limits(silent_timeout_s=0.3)) as (session, url):
+            ws = await _open(session, url)
+            assert json.loads((await ws.receive(timeout=30)).data)["type"] == "ready"
+            await ws.send_bytes(_pcm(2.0))
+            await ws.send_str(json.dumps({"type": "end"}))
+            return await _until_closed(ws), ws.close_code
+
+    (texts, frames), code = asyncio.run(run())
+    avatars.shutdown()
+    assert code == 1000 and texts[-1] == {"type": "end", "frames": len(frames)} and len(frames) >= 50  # all its speech
+
+
+def test_serve_takes_seconds_or_zero_for_no_silent_timeout():
+    from ditto_core.live.admission import SILENT_TIMEOUT_S
+
+    assert build_parser().parse_args(["serve", "--silent-timeout", "90"]).silent_timeout == 90
+    assert build_parser().parse_args(["serve", "--silent-timeout", "0"]).silent_timeout == 0
+    assert build_parser().parse_args(["serve"]).silent_timeout == SILENT_TIMEOUT_S
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "soon"])
+def test_serve_refuses_a_silent_timeout_that_is_not_seconds(value, capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--silent-timeout", value])
+    assert "--silent-timeout" in capsys.readouterr().err
 
 
 @pytest.mark.reliability(area="Live streams", case="a client that disconnects mid-stream",

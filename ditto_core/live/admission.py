@@ -18,6 +18,9 @@ steps: docs/LIVE.md)."""
 MAX_LOAD = 0.8
 """Default share of the device's time the open streams and a new one may need (``max_load``)."""
 
+SILENT_TIMEOUT_S = 600.0
+"""Default seconds a stream may go without speech before it is closed and its place freed."""
+
 LOAD_WINDOW_S = 2.0
 """Seconds of recent rounds the load is measured over."""
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
 
+from ..cli_types import int_in
 from ..precision import NETWORK_PRECISIONS
-from .admission import MAX_LOAD, MAX_STREAMS
+from .admission import MAX_LOAD, MAX_STREAMS, SILENT_TIMEOUT_S
 
 
 def device_share(text: str) -> float:
@@ -18,6 +20,17 @@ def device_share(text: str) -> float:
         value = -1.0
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"expected a share of the device's time between 0 and 1 (0: no limit), got {text!r}")
+    return value
+
+
+def seconds_or_zero(text: str) -> float:
+    """``--silent-timeout``: seconds above zero, or 0 for no limit."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds (0: no limit), got {text!r}")
     return value
 
 
@@ -33,12 +46,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--token", default=os.environ.get("DITTO_LIVE_TOKEN") or None,
                    help="secret clients must send (?token=...); required off loopback (default: $DITTO_LIVE_TOKEN, "
                         "which other users cannot read in the process list as they can a flag)")
-    p.add_argument("--max-streams", type=int, default=MAX_STREAMS,
+    p.add_argument("--max-streams", type=int_in(1), default=MAX_STREAMS,
                    help=f"live streams admitted at once (default {MAX_STREAMS}; bench_live.py measures what a device "
                         "sustains)")
     p.add_argument("--max-load", type=device_share, default=MAX_LOAD, metavar="SHARE",
                    help="refuse a stream when the open ones and it would need more than this share of the device's "
                         f"time, at the cost per frame measured as they run (default {MAX_LOAD}; 0: no limit)")
+    p.add_argument("--silent-timeout", type=seconds_or_zero, default=SILENT_TIMEOUT_S, metavar="SECONDS",
+                   help="close a stream that is sent no speech for this long, freeing its place (default "
+                        f"{SILENT_TIMEOUT_S:g}; 0: never)")
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda when available)")
     p.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp16",
                    help="image networks' precision (fp16: the fast path)")

@@ -44,7 +44,7 @@ from ..errors import DittoError, InputError
 from ..motion.motion_options import MotionOptions
 from ..registration.source_info import SourceInfo
 from .output_frames import LiveFrame
-from .admission import CapacityError
+from .admission import SILENT_TIMEOUT_S, CapacityError
 from .runtime import BackpressureError, LiveRuntime, RuntimeFailed, RuntimeStopped
 from .stream_state import StreamConfig
 from .stream import AvatarStream
@@ -60,6 +60,7 @@ CLOSE_CODES = {
     "unauthorized": 4401,
     "unknown_avatar": 4404,
     "not_reading": 4408,
+    "silent": 4408,
     "too_large": 4413,
     "capacity": 4429,
     "gone": 4410,
@@ -91,6 +92,10 @@ class Limits:
     audio_message_burst: int = 1000
     open_timeout_s: float = 10.0  # the first message must come within this
     stall_timeout_s: float = 5.0  # a client that takes no frames for this long is disconnected
+    # A stream that is sent no speech for this long is closed: an open stream holds a slot of
+    # ``max_streams`` and animates silence on the device, so forgotten tabs and clients that open
+    # and wait would otherwise lock everyone else out. None: streams may stay silent forever.
+    silent_timeout_s: Optional[float] = SILENT_TIMEOUT_S
 
 
 def pack_frame(frame: LiveFrame) -> bytes:
@@ -325,6 +330,8 @@ class _Session:
         self.request, self.ws, self.avatars, self.limits = request, ws, avatars, limits
         self.stream: Optional[AvatarStream] = None
         self.rate = 16000
+        self.last_speech = time.monotonic()
+        self.ended = False  # the client sent "end": the stream finishes by itself
 
     async def send_json(self, payload: dict) -> None:
         if not self.ws.closed:
@@ -429,6 +436,7 @@ class _Session:
                 if allowance < 0:
                     raise _Closed("bad_request", f"more than {self.limits.audio_messages_per_s:g} audio messages a "
                                                  "second: send speech in pieces of 10 ms or more.")
+                self.last_speech = now
                 try:
                     self.stream.push_audio(msg.data, self.rate)
                 except BackpressureError as error:
@@ -443,6 +451,7 @@ class _Session:
     async def _control(self, msg: dict) -> None:
         kind = msg.get("type")
         if kind == "end":
+            self.ended = True
             self.stream.end()
         elif kind == "clear":
             self.stream.clear()
@@ -454,7 +463,7 @@ class _Session:
 
     async def _send_frames(self) -> None:
         frames = 0
-        watchdog = asyncio.ensure_future(self._watch_stall())
+        watchdog = asyncio.ensure_future(self._watch())
         try:
             async for frame in self.stream:
                 await self.ws.send_bytes(pack_frame(frame))
@@ -468,14 +477,20 @@ class _Session:
         await self.send_json({"type": "end", "frames": frames})
         await self.ws.close()
 
-    async def _watch_stall(self) -> None:
+    async def _watch(self) -> None:
+        """Close a stream whose client stopped reading frames, or stopped sending speech."""
+        silent_limit = self.limits.silent_timeout_s
         while True:
             await asyncio.sleep(0.25)
             if self.stream.stalled_for() > self.limits.stall_timeout_s:
                 await self.fail("not_reading", f"the client took no frames for {self.limits.stall_timeout_s:g} s; "
                                                "read frames as they come (the stream was closed).")
-                self.stream.close()
-                return
+                break
+            if silent_limit is not None and not self.ended and time.monotonic() - self.last_speech > silent_limit:
+                await self.fail("silent", f"no speech for {silent_limit:g} s: the stream was closed to free its "
+                                          "place; open a new one to go on (or send silence to keep one open).")
+                break
+        self.stream.close()
 
 
 async def _cancelled(tasks) -> None:
@@ -577,7 +592,7 @@ def run(args: argparse.Namespace) -> int:
             avatars.publish(name, pipeline, pipeline.register(frames, registration, is_image=is_image, name=str(path)))
         if avatar_specs:  # the engines compiled and the graphs recorded while the server already answers
             avatars.warm_up_in_background(avatar_specs[0][0], MotionOptions(), several_avatars=len(avatar_specs) > 1)
-        app = create_app(avatars, token=args.token)
+        app = create_app(avatars, token=args.token, limits=Limits(silent_timeout_s=args.silent_timeout or None))
         print(f"Ditto live: serving http://{args.host}:{args.port}{PREFIX} (avatars: {', '.join(avatars.ids()) or 'none'}"
               f"{'; warming up, streams open once GET ' + PREFIX + '/avatars says ready' if avatar_specs else ''})",
               flush=True)
