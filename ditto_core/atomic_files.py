@@ -326,6 +326,21 @@ def _rename_folder(temp: Path, target: Path, replace: bool) -> bool:
         discard(aside)
 
 
+def cannot_create_in(folder: PathLike) -> Optional[str]:
+    """Why no file can be created in an existing ``folder`` (None: one can), found by creating one.
+
+    Permission bits do not tell: root passes ``os.access`` on a folder without write bits, and
+    on pseudo-filesystems (``/proc``, ``/sys``) that refuse new files whatever the mode.
+    """
+    try:
+        discard(temp_sibling(Path(folder) / "write-check"))
+    except OSError as error:
+        if error.errno == errno.ENOENT:  # the folder exists: /proc answers so for a new name
+            return "it takes no new files"
+        return error.strerror or type(error).__name__
+    return None
+
+
 def discard(temp: PathLike) -> None:
     """Remove a temporary file or folder; nothing happens if it is already gone."""
     temp = Path(temp)

@@ -351,12 +351,10 @@ class DittoPipeline:
         each stage's name as it starts (the CLI prints them)."""
         announce = status or (lambda stage: None)
         announce("reading the portrait and the speech")
+        if max_seconds is not None and not max_seconds > 0:
+            raise InputError(f"max_seconds must be positive, got {max_seconds}.")
         frames, is_image = load_source(source_path)
-        waveform, rate = load_audio(audio_path)
-        if max_seconds is not None:
-            if not max_seconds > 0:
-                raise InputError(f"max_seconds must be positive, got {max_seconds}.")
-            waveform = waveform[:, : max(1, int(max_seconds * rate))]
+        waveform, rate = load_audio(audio_path, max_seconds)
         announce("registering the avatar")
         source = self.register(frames, registration, is_image=is_image, name=str(source_path))
         announce("computing the audio features")

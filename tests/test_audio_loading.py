@@ -66,6 +66,28 @@ def test_load_encoded_files(tmp_path, codec, suffix, rate, tolerance):
         assert err < tolerance, (suffix, channel, err)
 
 
+@pytest.mark.reliability(area="Audio", case="a long speech file rendered with --max-seconds",
+                         behaviour="only the first seconds are decoded (an hour-long file is not decoded whole "
+                                   "first); the samples are those of a full decode")
+def test_max_seconds_decodes_only_the_start(tmp_path, monkeypatch, example_dir):
+    from ditto_core.audio import loading
+
+    rate = 16000
+    path = tmp_path / "long.flac"
+    _encode(path, _tone(220, rate, seconds=60)[None], rate, "flac")
+    blocks = []
+    real = loading._channels_first
+    monkeypatch.setattr(loading, "_channels_first", lambda frame: blocks.append(frame.samples) or real(frame))
+    whole, _ = load_audio(path)
+    decoded_whole, blocks[:] = sum(blocks), []
+    start, got_rate = load_audio(path, max_seconds=1.5)
+    assert got_rate == rate and start.shape == (1, 24000)
+    assert torch.equal(start, whole[:, :24000])
+    assert sum(blocks) < decoded_whole / 10  # it stopped decoding near 1.5 of the 60 s
+    longer, _ = load_audio(example_dir / "speech_24k_mono.wav", max_seconds=100)  # longer than the file: all of it
+    assert longer.shape == (1, 378112)
+
+
 @pytest.mark.reliability(area="Audio", case="speech of 8 or more channels (a multichannel WAV or FLAC)",
                          behaviour="loaded channels-first and mixed down like stereo (it used to crash the process "
                                    "inside PyAV)")

@@ -54,6 +54,8 @@ def _refused(argv, capsys) -> str:
     ("--precision", "fp8", "invalid choice: 'fp8'"),
     ("--lmdm-precision", "fp16", "invalid choice: 'fp16'"),
     ("--out", "talk.avi", "does not end in .mp4"),
+    # Permission bits pass /proc for root; the file it cannot create is what tells.
+    ("--out", "/proc/ditto/talk.mp4", "cannot write into /proc ("),
     ("--device", "tpu", "is not a device"),
 ])
 def test_a_bad_option_is_refused_by_its_flag_before_any_work(inputs, no_heavy_work, capsys, flag, value, reason):
@@ -193,11 +195,18 @@ def test_batch_flags_are_refused_by_name(batch_argv, capsys, flag, value, reason
     assert caught.value.code == 2 and f"batch: error: argument {flag}: " in err and reason in err, err
 
 
-@pytest.mark.parametrize("case", ["out is a file", "report is a folder", "fp16 without a GPU"])
+@pytest.mark.parametrize("case", ["out is a file", "out takes no files", "report takes no files", "report is a folder",
+                                  "fp16 without a GPU"])
 def test_batch_places_and_precision_are_checked_before_any_worker(batch_argv, capsys, tmp_path, case):
     if case == "out is a file":
         (tmp_path / "out").write_bytes(b"")
         extra, reason = [], "--out: "
+    elif case == "out takes no files":
+        at = batch_argv.index("--out") + 1
+        batch_argv = batch_argv[:at] + ["/proc/ditto_out"] + batch_argv[at + 1:]
+        extra, reason = [], "--out: cannot write into /proc ("
+    elif case == "report takes no files":
+        extra, reason = ["--report", "/proc/report.json"], "--report: cannot write into /proc ("
     elif case == "report is a folder":
         extra, reason = ["--report", str(tmp_path)], "--report: "
     else:

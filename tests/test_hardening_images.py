@@ -215,6 +215,20 @@ def test_video_of_one_frame(tmp_path):
     assert source.is_image and len(source) == 1
 
 
+@reliability("multi-page TIFF", "Refused naming the page count and asking for the page as its own image (FFmpeg "
+                                "read its first page without a word); a one-page TIFF is an image as any other.")
+def test_multi_page_tiff(tmp_path):
+    from PIL import Image
+
+    pages = [Image.new("RGB", (64, 80), colour) for colour in ("red", "green", "blue")]
+    pages[0].save(tmp_path / "scan.tif", save_all=True, append_images=pages[1:])
+    with pytest.raises(InputError, match=r"scan.tif is a TIFF of 3 pages; .*own image"):
+        load_source(tmp_path / "scan.tif")
+    pages[1].save(tmp_path / "one.tif")
+    frames, is_image = load_source(tmp_path / "one.tif")
+    assert is_image and frames.shape == (1, 80, 64, 3) and tuple(frames[0, 0, 0]) == (0, 128, 0)
+
+
 @reliability("video source of 2,000 frames", "Decoded into one array (no second copy); registered when its "
                                               "appearance features (8 MiB per frame in fp32) fit in half the free "
                                               "memory, otherwise refused before any model runs, naming the "

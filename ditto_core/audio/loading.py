@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 import av
 import numpy as np
@@ -29,11 +29,13 @@ MAX_SAMPLE_RATE = 768_000  # the highest rate audio interfaces and FFmpeg's code
 SOXR_QUALITY = "soxr_hq"  # librosa's default ``res_type``, hence the reference's
 
 
-def load_audio(path: Union[str, os.PathLike]) -> tuple[Tensor, int]:
+def load_audio(path: Union[str, os.PathLike], max_seconds: Optional[float] = None) -> tuple[Tensor, int]:
     """Decode the first audio stream of a file (wav, mp3, flac, m4a, ogg, or a video's track).
 
     Returns ``(waveform, sample_rate)``: ``waveform`` is float32 ``(channels, samples)`` in
-    [-1, 1] at the file's own rate (integer PCM is scaled by ``1 / 2**(bits - 1)``).
+    [-1, 1] at the file's own rate (integer PCM is scaled by ``1 / 2**(bits - 1)``). With
+    ``max_seconds`` only the first seconds are decoded and returned (an hour-long file cut to
+    ten seconds is not decoded whole first).
     Raises :class:`InputError` if the file is missing, unreadable or holds no audio.
     """
     path = Path(path)
@@ -49,9 +51,15 @@ def load_audio(path: Union[str, os.PathLike]) -> tuple[Tensor, int]:
             if not container.streams.audio:
                 raise InputError(f"{str(path)!r} has no audio stream; give a file that contains speech.")
             stream = container.streams.audio[0]
+            decoded, wanted = 0, None
             for frame in container.decode(stream):
                 rates.add(frame.sample_rate)
                 blocks.extend(map(_channels_first, to_float.resample(frame)))
+                if max_seconds is not None:
+                    decoded += frame.samples
+                    wanted = max(1, int(max_seconds * frame.sample_rate))
+                    if decoded >= wanted:
+                        break
             blocks.extend(map(_channels_first, to_float.resample(None)))
     except av.FFmpegError as err:
         raise InputError(
@@ -64,7 +72,10 @@ def load_audio(path: Union[str, os.PathLike]) -> tuple[Tensor, int]:
         raise InputError(
             f"audio file {str(path)!r} changes sample rate mid-stream {sorted(rates)}; re-encode it."
         )
-    return torch.from_numpy(np.concatenate(blocks, axis=-1)), rates.pop()
+    waveform = np.concatenate(blocks, axis=-1)
+    if wanted is not None:
+        waveform = waveform[:, :wanted]
+    return torch.from_numpy(waveform), rates.pop()
 
 
 def _channels_first(frame) -> np.ndarray:

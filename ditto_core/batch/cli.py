@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..atomic_files import cannot_create_in
 from ..cli_types import int_in
 from ..errors import InputError
 from ..motion.option_values import MAX_SEED
@@ -99,6 +100,7 @@ def check_places(args: argparse.Namespace) -> None:
     and fp16/bf16 on a machine whose workers would run on the CPU."""
     if args.out.exists() and not args.out.is_dir():
         raise InputError(f"--out: {args.out} is a file; give a folder for the MP4s and their records")
+    _check_can_write("--out", args.out)
     if args.report is not None:
         if args.report.is_dir():
             raise InputError(f"--report: {args.report} is a folder; give the path of a .json file")
@@ -106,12 +108,22 @@ def check_places(args: argparse.Namespace) -> None:
             args.report.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise InputError(f"--report: cannot create the folder {args.report.parent} ({error})") from None
+        _check_can_write("--report", args.report.parent)
     if args.precision != "fp32" and args.ray is None:
         import torch
 
         if not torch.cuda.is_available():
             raise InputError(f"--precision {args.precision} is a GPU fast path and this machine's workers run on the "
                              "CPU (PyTorch sees no CUDA GPU); use --precision fp32")
+
+
+def _check_can_write(flag: str, folder: Path) -> None:
+    """Refuse ``flag`` now when no file can be created in ``folder`` (or the nearest existing
+    folder above it, where the missing ones will be made) rather than after the renders."""
+    existing = next(p for p in (folder.absolute(), *folder.absolute().parents) if p.exists())
+    why = cannot_create_in(existing) if existing.is_dir() else "it is a file"
+    if why is not None:
+        raise InputError(f"{flag}: cannot write into {existing} ({why}); choose a folder of your own")
 
 
 class ProgressBar:

@@ -81,10 +81,7 @@ class ClipPlan:
 
 def clip_audio(job: Job) -> tuple[Tensor, int]:
     """The job's speech, cut to ``max_seconds``: ``(waveform (C, samples) float32, sample rate)``."""
-    waveform, rate = load_audio(job.audio)
-    if job.max_seconds is not None:
-        waveform = waveform[:, : max(1, int(job.max_seconds * rate))]
-    return waveform, rate
+    return load_audio(job.audio, job.max_seconds)
 
 
 def pick_device(index: int) -> torch.device:

@@ -251,9 +251,13 @@ def load_source(path: Path | str, max_frames: Optional[int] = None) -> tuple[np.
         raise InputError(f"source file {path} does not exist. Check the path.")
     try:
         with _opened(Image, path) as img:
-            pillow_frames = getattr(img, "n_frames", 1)
+            pillow_frames, kind = getattr(img, "n_frames", 1), img.format
     except (UnidentifiedImageError, OSError):
-        pillow_frames = 0  # not an image Pillow knows
+        pillow_frames, kind = 0, None  # not an image Pillow knows
+    if kind == "TIFF" and pillow_frames > 1:
+        # Pages, not a timed animation; FFmpeg would read the first one and say nothing.
+        raise InputError(f"image {path.name} is a TIFF of {pillow_frames} pages; Ditto animates one portrait. "
+                         "Save the page to use as its own image (PNG or JPEG) and try again.")
     if pillow_frames == 1:
         return read_image(path), True
     try:
