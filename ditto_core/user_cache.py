@@ -41,6 +41,11 @@ def user_cache_dir(kind: str) -> Path:
     if not owner_ok:
         raise DittoError(f"the Ditto cache folder {root} belongs to another user (owner {info.st_uid}), and it "
                          "holds compiled code this process would run; set XDG_CACHE_HOME to a folder of yours")
+    exposed = open_above(root)
+    if exposed is not None:
+        raise DittoError(f"the Ditto cache folder {root} lies in {exposed}: another user could swap the folder for "
+                         "one of theirs, and it holds compiled code this process would run; set XDG_CACHE_HOME to "
+                         "a folder of yours")
     return root / kind
 
 
@@ -54,4 +59,20 @@ def not_private(folder: Path) -> Optional[str]:
         return f"owner {info.st_uid}"
     if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         return f"mode {stat.S_IMODE(info.st_mode):o}"
+    return None
+
+
+def open_above(folder: Path) -> Optional[str]:
+    """The first folder above ``folder`` that another user could change ("/srv/x (mode 777)",
+    "/home/b (owner 1001)"); None if every one belongs to this user or root and only they write
+    it, or it is sticky (``/tmp``: others cannot rename what is ours). A folder of ours in a folder
+    others write is not ours to keep: they can rename it away and put theirs in its place."""
+    if not hasattr(os, "getuid"):
+        return None
+    for parent in folder.resolve().parents:
+        info = parent.stat()
+        if info.st_uid not in (0, os.getuid()):
+            return f"{parent} (owner {info.st_uid})"
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
+            return f"{parent} (mode {stat.S_IMODE(info.st_mode):o})"
     return None

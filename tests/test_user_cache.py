@@ -64,6 +64,20 @@ def test_a_cache_folder_of_another_user_is_never_used(another_users, monkeypatch
         PackageCache().root
 
 
+@pytest.mark.reliability(area=AREA, case="the cache folder lies in a folder other users can write (not sticky)",
+                         behaviour="refused naming that folder and XDG_CACHE_HOME (they could swap the cache for "
+                                   "one of theirs); under a sticky folder such as /tmp it is used")
+def test_a_cache_folder_under_one_others_write_is_refused(tmp_path, monkeypatch):
+    shared = tmp_path / "shared"
+    (shared / "xdg").mkdir(parents=True)
+    shared.chmod(0o777)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(shared / "xdg"))
+    with pytest.raises(DittoError, match=rf"lies in {shared} \(mode 777\).*XDG_CACHE_HOME"):
+        user_cache.user_cache_dir("inductor")
+    shared.chmod(0o1777)  # sticky: others cannot rename our folder away
+    assert user_cache.user_cache_dir("inductor") == shared / "xdg" / "comfyui-ditto" / "inductor"
+
+
 def test_a_cache_folder_that_cannot_be_made_is_named(cache_home):
     cache_home.parent.mkdir()
     cache_home.write_text("a file where the folder would go")

@@ -495,6 +495,27 @@ def test_a_folder_other_users_can_enter_is_refused(tmp_path):
         client.connect(folder / "w.sock")
 
 
+@pytest.mark.reliability(area=AREA, case="the socket's folder is ours but lies in a folder others can write",
+                         behaviour="refused naming that folder (they could put a folder of theirs in its place); "
+                                   "under a sticky folder such as /tmp it is used")
+def test_a_private_folder_inside_one_others_write_is_refused(tmp_path):
+    shared = tmp_path / "shared"
+    mine = shared / "mine"
+    mine.mkdir(parents=True, mode=0o700)
+    shared.chmod(0o777)
+    with pytest.raises(InputError, match=rf"--socket .*lies in {shared} \(mode 777\)"):
+        with listening(mine / "w.sock"):
+            pass
+    planted = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    planted.bind(str(mine / "w.sock"))
+    planted.listen(1)
+    with planted, pytest.raises(InputError, match="lies in"):
+        client.connect(mine / "w.sock")
+    shared.chmod(0o1777)
+    with listening(mine / "w.sock"):
+        assert (mine / "w.sock").exists()
+
+
 def test_a_socket_path_too_long_for_the_system_is_refused_by_its_flag(tmp_path):
     path = tmp_path / ("w" * protocol.MAX_SOCKET_PATH_BYTES) / "w.sock"
     with pytest.raises(InputError, match=r"--socket .* bytes long; a Unix socket's path may have at most"):

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Optional
 
 from ..errors import InputError
-from ..user_cache import not_private, user_cache_dir
+from ..user_cache import not_private, open_above, user_cache_dir
 
 MAX_MESSAGE_BYTES = 1 << 16
 SOCKET_NAME = "worker.sock"
@@ -80,6 +80,7 @@ def private_folder(path: Path, create: bool, source: str = "--socket") -> Path:
         if create:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         problem = not_private(folder)
+        exposed = open_above(folder)
     except OSError as error:  # e.g. a part of the path is a file
         raise InputError(f"{source} {path}: cannot use the folder {folder} ({error}); pass another --socket") from None
     if problem is not None:
@@ -91,6 +92,10 @@ def private_folder(path: Path, create: bool, source: str = "--socket") -> Path:
                f"{folder / 'ditto' / SOCKET_NAME}")
         raise InputError(f"{source} {path}: the worker socket's folder {folder} must belong to you alone "
                          f"({problem}); {fix}")
+    if exposed is not None:
+        raise InputError(f"{source} {path}: the worker socket's folder {folder} lies in {exposed}, where another "
+                         f"user could put a folder of theirs in its place; pass a --socket under your home folder "
+                         f"or /tmp")
     return folder
 
 
