@@ -33,7 +33,7 @@ from .motion.motion_sequence import MotionSequence
 from .motion.motion_stitch import stitch_motion
 from .precision import lmdm_precision_for
 from .progress import ProgressCallback
-from .registration.aux_models import AuxModels, load_aux_models
+from .registration.aux_models import AuxModels, DeferredAuxModels, load_aux_models
 from .registration.cache import AvatarCache
 from .registration.image_io import load_source
 from .registration.options import RegistrationOptions
@@ -96,7 +96,7 @@ class DittoPipeline:
     def __init__(
         self,
         models: DittoModels,
-        aux: AuxModels,
+        aux: AuxModels | DeferredAuxModels,
         hubert: HubertFeatureExtractor,
         cache: Optional[AvatarCache] = None,
         compile: bool = True,
@@ -147,7 +147,7 @@ class DittoPipeline:
         check_model_files(model_dir, detect_face)
         loading = StageTimes()
         start = time.perf_counter()
-        aux = load_aux_models(model_dir, device, required=AUX_FILES if detect_face else ())
+        aux = DeferredAuxModels(model_dir, device, required=AUX_FILES if detect_face else ())
         loading.record("face_models", start, device)
         start = time.perf_counter()
         hubert = HubertFeatureExtractor(find_hubert(model_dir), device)
@@ -275,14 +275,14 @@ class DittoPipeline:
             return options
         return replace(options, delta_eye_arr=table)
 
-    def face_models(self, options: Optional[RegistrationOptions]) -> AuxModels:
+    def face_models(self, options: Optional[RegistrationOptions]) -> AuxModels | DeferredAuxModels:
         """The face models, with the detection set loaded on first need.
 
         A pipeline built for the no-detector mode holds only what it found; face detection needs
         all four files, and this load names every one that is missing and where it goes.
         """
         detect = (options or RegistrationOptions()).detect_face
-        if detect and self.model_dir is not None and any(getattr(self.aux, name) is None for name in AUX_FILES):
+        if detect and self.model_dir is not None and not all(self.aux.found(name) for name in AUX_FILES):
             self.aux = load_aux_models(self.model_dir, self.device, required=AUX_FILES)
         return self.aux
 

@@ -22,6 +22,7 @@ from ditto_core.errors import CheckpointError
 from ditto_core.models import checkpoints as C
 from ditto_core.models import ditto_models
 from ditto_core.pipeline import DittoPipeline
+from ditto_core.registration import RegistrationOptions
 from tests.test_registration_stubs import landmark106_model, landmark203_model, scrfd_model
 
 REDOWNLOAD = "([Rr]e-?download|digital-avatar/ditto-talkinghead)"
@@ -60,19 +61,19 @@ def test_truncated_network_file_is_named(tmp_path, official_ckpt_dir, name, keep
 
 
 @pytest.mark.reliability(area="Models", case="face model or HuBERT .onnx truncated (interrupted download)",
-                         behaviour="CheckpointError at pipeline load naming the file and where to re-download it; "
-                                   "raised before any network is loaded")
+                         behaviour="CheckpointError naming the file and where to re-download it: HuBERT's at pipeline "
+                                   "load, before any network is loaded; a face model's when a registration first "
+                                   "needs it (one served from the avatar cache opens none)")
 @pytest.mark.parametrize("file", ["det_10g.onnx", "2d106det.onnx", "landmark203.onnx", HUBERT_ONNX_NAME])
-def test_truncated_aux_model_fails_the_pipeline_load(model_dir, file, monkeypatch):
+def test_truncated_aux_model_is_named_when_first_needed(model_dir, file, monkeypatch):
     path = model_dir / "aux_models" / file
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    monkeypatch.setattr(ditto_models, "build_network", _never("a network was loaded before the aux models"))
-    with pytest.raises(CheckpointError, match=rf"{file}.*(truncated|damaged).*{REDOWNLOAD}"):
-        DittoPipeline.from_model_dir(model_dir, device="cpu", detect_face=False)
+    _fails_when_first_needed(model_dir, file, r"(truncated|damaged)", monkeypatch)
 
 
 @pytest.mark.reliability(area="Models", case="another model's file under a face-model, landmarker or HuBERT name",
-                         behaviour="CheckpointError at pipeline load: the file is not the expected model, re-download it")
+                         behaviour="CheckpointError: the file is not the expected model, re-download it (HuBERT at "
+                                   "pipeline load, a face model when a registration first needs it)")
 @pytest.mark.parametrize("file, impostor, problem", [
     ("det_10g.onnx", "2d106det.onnx", "is not the SCRFD"),
     ("2d106det.onnx", HUBERT_ONNX_NAME, "is not the InsightFace 106-point"),
@@ -80,12 +81,60 @@ def test_truncated_aux_model_fails_the_pipeline_load(model_dir, file, monkeypatc
     ("face_landmarker.task", "landmark203.onnx", "could not be loaded as MediaPipe's face landmarker"),
     (HUBERT_ONNX_NAME, "landmark203.onnx", "is not Ditto's streaming HuBERT"),
 ])
-def test_foreign_aux_model_fails_the_pipeline_load(model_dir, file, impostor, problem):
+def test_foreign_aux_model_is_named_when_first_needed(model_dir, file, impostor, problem, monkeypatch):
     aux = model_dir / "aux_models"
     shutil.copy(aux / impostor, aux / f"{file}.impostor")
     (aux / f"{file}.impostor").replace(aux / file)
+    _fails_when_first_needed(model_dir, file, problem, monkeypatch)
+
+
+def _fails_when_first_needed(model_dir: Path, file: str, problem: str, monkeypatch) -> None:
+    if file == HUBERT_ONNX_NAME:
+        monkeypatch.setattr(ditto_models, "build_network", _never("a network was loaded before HuBERT"))
+        with pytest.raises(CheckpointError, match=rf"{file}.*{problem}.*{REDOWNLOAD}"):
+            DittoPipeline.from_model_dir(model_dir, device="cpu", detect_face=False)
+        return
+    landmarker = model_dir / "aux_models" / "face_landmarker.task"
+    if not landmarker.exists():  # detection needs all four files; the bad one is opened (and fails) before it
+        landmarker.write_bytes(b"never opened")
+    pipeline = DittoPipeline.from_model_dir(model_dir, device="cpu", detect_face=False)  # nothing opened yet
+    portrait = torch.full((1, 256, 256, 3), 128, dtype=torch.uint8)
     with pytest.raises(CheckpointError, match=rf"{file}.*{problem}.*{REDOWNLOAD}"):
-        DittoPipeline.from_model_dir(model_dir, device="cpu", detect_face=False)
+        pipeline.register(portrait, RegistrationOptions(detect_face=True))
+
+
+def test_face_models_open_when_a_registration_first_needs_them_and_a_cached_avatar_opens_none(
+        model_dir, tmp_path, monkeypatch):
+    """A new process rendering a known avatar does not pay for the face models' sessions."""
+    from ditto_core.registration import aux_models
+
+    class NoMesh:  # MediaPipe's landmarker stand-in: finds no face mesh (neutral eye measurements)
+        def __init__(self, path):
+            pass
+
+        def __call__(self, image):
+            return None
+
+    opened = []
+    real_open = aux_models._open
+    monkeypatch.setattr(aux_models, "Landmark478", NoMesh)
+    monkeypatch.setattr(aux_models, "_open", lambda name, path, device: opened.append(name) or real_open(name, path, device))
+    (model_dir / "aux_models" / "face_landmarker.task").write_bytes(b"opened by the stand-in")
+    portrait = torch.full((1, 256, 256, 3), 128, dtype=torch.uint8)
+
+    def new_process():
+        return DittoPipeline.from_model_dir(model_dir, device="cpu", cache_dir=tmp_path / "cache", compile=False)
+
+    first = new_process()
+    assert opened == []
+    with pytest.warns(UserWarning):  # no face mesh: neutral eyes
+        registered = first.register(portrait, RegistrationOptions(detect_face=True))
+    assert sorted(opened) == ["face_detector", "landmark106", "landmark203", "landmark478"]
+    first.register(portrait, RegistrationOptions(detect_face=True))
+    assert len(opened) == 4  # each opened once
+    opened.clear()
+    cached = new_process().register(portrait, RegistrationOptions(detect_face=True))
+    assert opened == [] and torch.equal(cached.motion.kp, registered.motion.kp)
 
 
 def _never(why: str):

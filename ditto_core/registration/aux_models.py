@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
@@ -33,6 +34,9 @@ class AuxModels:
     landmark478: Optional[Landmark478] = None
     identity: str = ""  # fingerprint of the files loaded: part of the avatar cache key
 
+    def found(self, name: str) -> bool:
+        return getattr(self, name) is not None
+
 
 def load_aux_models(
     aux_dir: Path | str, device: torch.device | str = "cpu", required: Iterable[str] = tuple(AUX_FILES)
@@ -43,7 +47,40 @@ def load_aux_models(
     :class:`MissingModelError`. Registration with face detection needs all four; the
     no-detector mode needs none (pass ``required=()``; the landmarker is still used if found).
     """
-    aux_dir = Path(aux_dir)
+    files = _aux_files(Path(aux_dir), required)
+    return AuxModels(**{name: _open(name, path, device) for name, path in files.items() if path is not None},
+                     identity=_identity(files))
+
+
+class DeferredAuxModels:
+    """The aux models of a folder, as :func:`load_aux_models` finds them, each opened when
+    registration first uses it: a portrait served from the avatar cache (every render of a known
+    avatar) never pays for their sessions in a new process. Missing files are reported at once;
+    a damaged one when it is first used."""
+
+    def __init__(self, aux_dir: Path | str, device: torch.device | str = "cpu",
+                 required: Iterable[str] = tuple(AUX_FILES)) -> None:
+        self._files = _aux_files(Path(aux_dir), required)
+        self._device = device
+        self._opened: dict[str, object] = {}
+        self._lock = threading.Lock()  # two registrations at once open each model once
+        self.identity = _identity(self._files)
+
+    def found(self, name: str) -> bool:
+        return self._files[name] is not None
+
+    def __getattr__(self, name: str):
+        if name not in AUX_FILES:
+            raise AttributeError(name)
+        with self._lock:
+            if name not in self._opened:
+                path = self._files[name]
+                self._opened[name] = None if path is None else _open(name, path, self._device)
+            return self._opened[name]
+
+
+def _aux_files(aux_dir: Path, required: Iterable[str]) -> dict[str, Optional[Path]]:
+    """Each aux model's file under ``aux_dir`` (None: not there); every missing required one reported."""
     required = list(required)
     unknown = sorted(set(required) - set(AUX_FILES))
     if unknown:
@@ -56,14 +93,17 @@ def load_aux_models(
             f"aux_models/ and ditto_pytorch/aux_models/ subfolders). Download them from {AUX_SOURCE} "
             f"and put them in that folder; inside ComfyUI this is ComfyUI/models/ditto/aux_models/."
         )
+    return files
+
+
+def _open(name: str, path: Path, device: torch.device | str):
     onnx_models = {"face_detector": FaceDetector, "landmark106": Landmark106, "landmark203": Landmark203}
-    models = {}
-    for name, path in files.items():
-        if path is None:
-            continue
-        if name in onnx_models:
-            models[name] = onnx_models[name](create_session(path, device, AUX_FILES[name]), path)
-        else:
-            models[name] = Landmark478(path)
+    if name in onnx_models:
+        return onnx_models[name](create_session(path, device, AUX_FILES[name]), path)
+    return Landmark478(path)
+
+
+def _identity(files: dict[str, Optional[Path]]) -> str:
+    """Fingerprint of the files found: part of the avatar cache key."""
     fingerprint = "|".join(f"{name}={file_identity(path)}" for name, path in files.items() if path is not None)
-    return AuxModels(**models, identity=hashlib.sha256(fingerprint.encode()).hexdigest())
+    return hashlib.sha256(fingerprint.encode()).hexdigest()
