@@ -103,6 +103,9 @@ def _fails_when_first_needed(model_dir: Path, file: str, problem: str, monkeypat
         pipeline.register(portrait, RegistrationOptions(detect_face=True))
 
 
+@pytest.mark.reliability(area="Models", case="face model files present, the avatar already in the cache",
+                         behaviour="no face model is opened (a new process skips MediaPipe and the ONNX sessions); "
+                                   "a registration that needs them opens each once")
 def test_face_models_open_when_a_registration_first_needs_them_and_a_cached_avatar_opens_none(
         model_dir, tmp_path, monkeypatch):
     """A new process rendering a known avatar does not pay for the face models' sessions."""
