@@ -17,7 +17,7 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Optional, Sequence, TextIO
 
-from .atomic_files import cannot_create_in
+from .atomic_files import cannot_write_under
 from .batch import cli as batch_cli
 from .cli_types import int_in, positive_seconds
 from .errors import DittoError
@@ -72,12 +72,9 @@ def _output_mp4(text: str) -> Path:
         raise argparse.ArgumentTypeError(f"{path} does not end in .mp4 (the video is written as an MP4)")
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{path} is a folder; give a file name ending in .mp4")
-    folder = next(p for p in path.absolute().parents if p.exists())  # the folders below it are created
-    if not folder.is_dir():
-        raise argparse.ArgumentTypeError(f"cannot write into {folder}: it is a file")
-    why = cannot_create_in(folder)  # now, not after the render: permission bits miss root, read-only mounts, /proc
-    if why is not None:
-        raise argparse.ArgumentTypeError(f"cannot write into {folder} ({why}); choose a folder of your own")
+    problem = cannot_write_under(path.parent)  # now, not after the render; the missing folders are created
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return path
 
 

@@ -326,18 +326,23 @@ def _rename_folder(temp: Path, target: Path, replace: bool) -> bool:
         discard(aside)
 
 
-def cannot_create_in(folder: PathLike) -> Optional[str]:
-    """Why no file can be created in an existing ``folder`` (None: one can), found by creating one.
+def cannot_write_under(folder: PathLike) -> Optional[str]:
+    """Why files cannot be written in ``folder`` or the folders to be made below its nearest
+    existing ancestor ("cannot write into /proc (it takes no new files)"); None if they can.
 
-    Permission bits do not tell: root passes ``os.access`` on a folder without write bits, and
-    on pseudo-filesystems (``/proc``, ``/sys``) that refuse new files whatever the mode.
+    Found by creating a file there: permission bits do not tell, as root passes ``os.access`` on
+    a folder without write bits and pseudo-filesystems (``/proc``) refuse new files whatever the mode.
     """
+    folder = Path(folder).absolute()
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        return f"cannot write into {existing}: it is a file"
     try:
-        discard(temp_sibling(Path(folder) / "write-check"))
+        discard(temp_sibling(existing / "write-check"))
     except OSError as error:
-        if error.errno == errno.ENOENT:  # the folder exists: /proc answers so for a new name
-            return "it takes no new files"
-        return error.strerror or type(error).__name__
+        # ENOENT for a folder that exists: /proc answers so for a new name.
+        why = "it takes no new files" if error.errno == errno.ENOENT else error.strerror or type(error).__name__
+        return f"cannot write into {existing} ({why}); choose a folder of your own"
     return None
 
 

@@ -33,3 +33,14 @@ def positive_seconds(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text} must be a positive number of seconds")
     return value
+
+
+def seconds_or_zero(text: str) -> float:
+    """A finite number of seconds, 0 or more (0: no limit)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds (0: no limit), got {text!r}")
+    return value

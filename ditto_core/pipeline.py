@@ -33,7 +33,7 @@ from .motion.motion_sequence import MotionSequence
 from .motion.motion_stitch import stitch_motion
 from .precision import lmdm_precision_for
 from .progress import ProgressCallback
-from .registration.aux_models import AuxModels, DeferredAuxModels, load_aux_models
+from .registration.aux_models import AuxModels, DeferredAuxModels
 from .registration.cache import AvatarCache
 from .registration.image_io import load_source
 from .registration.options import RegistrationOptions
@@ -283,7 +283,7 @@ class DittoPipeline:
         """
         detect = (options or RegistrationOptions()).detect_face
         if detect and self.model_dir is not None and not all(self.aux.found(name) for name in AUX_FILES):
-            self.aux = load_aux_models(self.model_dir, self.device, required=AUX_FILES)
+            self.aux = DeferredAuxModels(self.model_dir, self.device, required=AUX_FILES)
         return self.aux
 
     def engine(self, batch_size: Optional[int] = None, compile: Optional[bool] = None) -> WarpDecodeEngine:

@@ -7,14 +7,16 @@ on other machines need the token in the ``DITTO_LIVE_TOKEN`` environment variabl
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import os
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from comfy_api.latest import io
 
+from ditto_core.cli_types import int_in, seconds_or_zero
 from ditto_core.live.admission import MAX_LOAD, MAX_STREAMS, SILENT_TIMEOUT_S
+from ditto_core.live.cli import device_share
 from ditto_core.live.server import PREFIX, Limits, LiveAvatars, add_live_routes
 from ditto_core.motion.motion_options import MotionOptions
 from ditto_core.registration.source_info import SourceInfo
@@ -25,40 +27,26 @@ from .model_registry import REGISTRY, ModelHandle
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class _Setting:
-    """How one ``DITTO_LIVE_*`` environment variable is read: its default, parser, test, and meaning."""
-
-    default: Any
-    parse: Callable[[str], Any]
-    valid: Callable[[Any], bool]
-    meaning: str
-
-
-SETTINGS = {
-    "DITTO_LIVE_MAX_STREAMS": _Setting(MAX_STREAMS, int, lambda n: n >= 1, "a whole number of streams, 1 or more"),
-    "DITTO_LIVE_MAX_LOAD": _Setting(MAX_LOAD, float, lambda x: 0 <= x <= 1,
-                                    "a share of the device's time between 0 and 1 (0: no limit)"),
-    "DITTO_LIVE_SILENT_TIMEOUT": _Setting(SILENT_TIMEOUT_S, float, lambda x: 0 <= x < float("inf"),
-                                          "a number of seconds, 0 or more (0: no limit)"),
+SETTINGS: dict[str, tuple[Any, Callable[[str], Any]]] = {
+    "DITTO_LIVE_MAX_STREAMS": (MAX_STREAMS, int_in(1)),
+    "DITTO_LIVE_MAX_LOAD": (MAX_LOAD, device_share),
+    "DITTO_LIVE_SILENT_TIMEOUT": (SILENT_TIMEOUT_S, seconds_or_zero),
 }
-"""The live server's settings on ComfyUI (the standalone ``serve`` takes them as flags)."""
+"""The live server's settings on ComfyUI: each variable's default and the parser of the standalone
+``serve`` flag it stands for (``--max-streams``, ``--max-load``, ``--silent-timeout``)."""
 
 
 def setting(name: str):
     """An environment setting; a bad value is logged and the default used (ComfyUI must still load the pack)."""
-    spec = SETTINGS[name]
+    default, parse = SETTINGS[name]
     text = os.environ.get(name)
     if text is None:
-        return spec.default
+        return default
     try:
-        value = spec.parse(text)
-    except ValueError:
-        value = None
-    if value is None or not spec.valid(value):
-        log.warning("Ditto live: %s=%r is not %s; using %r.", name, text, spec.meaning, spec.default)
-        return spec.default
-    return value
+        return parse(text)
+    except argparse.ArgumentTypeError as error:
+        log.warning("Ditto live: %s=%r is not usable (%s); using %r.", name, text, error, default)
+        return default
 
 
 LIVE_AVATARS = LiveAvatars(max_streams=setting("DITTO_LIVE_MAX_STREAMS"), max_load=setting("DITTO_LIVE_MAX_LOAD") or None)

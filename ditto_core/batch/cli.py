@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..atomic_files import cannot_create_in
+from ..atomic_files import cannot_write_under
 from ..cli_types import int_in
 from ..errors import InputError
 from ..motion.option_values import MAX_SEED
@@ -118,12 +118,10 @@ def check_places(args: argparse.Namespace) -> None:
 
 
 def _check_can_write(flag: str, folder: Path) -> None:
-    """Refuse ``flag`` now when no file can be created in ``folder`` (or the nearest existing
-    folder above it, where the missing ones will be made) rather than after the renders."""
-    existing = next(p for p in (folder.absolute(), *folder.absolute().parents) if p.exists())
-    why = cannot_create_in(existing) if existing.is_dir() else "it is a file"
-    if why is not None:
-        raise InputError(f"{flag}: cannot write into {existing} ({why}); choose a folder of your own")
+    """Refuse ``flag`` now, not after the renders, when nothing can be written in ``folder``."""
+    problem = cannot_write_under(folder)
+    if problem is not None:
+        raise InputError(f"{flag}: {problem}")
 
 
 class ProgressBar:

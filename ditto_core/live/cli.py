@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from pathlib import Path
 
-from ..cli_types import int_in
+from ..cli_types import int_in, seconds_or_zero
 from ..precision import NETWORK_PRECISIONS
 from .admission import MAX_LOAD, MAX_STREAMS, SILENT_TIMEOUT_S
 
@@ -20,17 +19,6 @@ def device_share(text: str) -> float:
         value = -1.0
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"expected a share of the device's time between 0 and 1 (0: no limit), got {text!r}")
-    return value
-
-
-def seconds_or_zero(text: str) -> float:
-    """``--silent-timeout``: seconds above zero, or 0 for no limit."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds (0: no limit), got {text!r}")
     return value
 
 
