@@ -257,20 +257,32 @@ LOAD_CHECK_SECONDS = 180.0
 def _constant_names_in_a_new_process(path: Path, device: torch.device, single_threaded: bool) -> list[str]:
     """The tensors the package at ``path`` wants handed in, read by loading it in a child."""
     index = device.index if device.type == "cuda" and device.index is not None else -1
-    command = [sys.executable, "-c", _LOAD_CHECK, str(path), "1" if single_threaded else "0", str(index)]
+    # The fault handler reports where a crashing loader died (its "Fatal Python error" line is
+    # what the refusal quotes).
+    command = [sys.executable, "-X", "faulthandler", "-c", _LOAD_CHECK, str(path), "1" if single_threaded else "0",
+               str(index)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=LOAD_CHECK_SECONDS)
     except subprocess.TimeoutExpired:
         raise AotUnavailable(f"the package did not load in a new process within {LOAD_CHECK_SECONDS:.0f} s") from None
     if done.returncode != 0:
         how = f"status {done.returncode}" if done.returncode > 0 else f"signal {_signal_name(-done.returncode)}"
-        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
-        raise AotUnavailable(f"the package does not load in a new process (it ended with {how}: {tail[0]})")
+        raise AotUnavailable(f"the package does not load in a new process (it ended with {how}: "
+                             f"{_why_it_ended(done.stderr)})")
     try:
         names = json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
         raise AotUnavailable(f"the package's load check printed no tensor names ({done.stdout[-200:]!r})") from None
     return list(names)
+
+
+def _why_it_ended(stderr: str) -> str:
+    """The line of a failed child's error output that says what happened: Python's fault handler
+    ends its report with a list of extension modules, so its "Fatal Python error" line is taken
+    where there is one, else the last line."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    fatal = [line for line in lines if line.startswith("Fatal Python error")]
+    return (fatal or lines[-1:] or ["no output"])[0]
 
 
 def _signal_name(number: int) -> str:

@@ -197,6 +197,9 @@ def test_build_failure_leaves_nothing_and_says_why(tmp_path):
 
 @pytest.mark.parametrize("child, message", [
     ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "signal SIGSEGV"),
+    # as torch 2.11's loader crashes: the fault handler's report, then the extension modules
+    ("import ctypes, numpy; ctypes.string_at(0)",
+     "signal SIGSEGV: Fatal Python error: Segmentation fault"),
     ("import sys; sys.exit('no such package')", "status 1: no such package"),
     ("import time; time.sleep(30)", "within 1 s"),
     ("print('not json')", "printed no tensor names"),
