@@ -23,6 +23,7 @@ from ditto_core.aot_packages import AotUnavailable, PackageCache, PackageKey, ar
 from ditto_core.render import aot_package, warp_decode
 from ditto_core.render.warp_decode import WarpDecodeEngine
 from tests.parity import rel_l2
+from tests.process_support import child_json
 from tests.test_warp_decode import fake_compile, make_motion, make_source, toy_networks, volumes  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
@@ -230,6 +231,29 @@ def test_engine_falls_back_to_torch_compile_when_the_build_fails(tmp_path, monke
         out = engine.render_batch(volumes(1), keypoints(BATCH, 1), keypoints(BATCH, 2))
     assert out.shape == (BATCH, 3, 32, 32) and engine.warmup == "foreground" and len(fake_compile) == 1
     assert "export failed" in caplog.text and "torch.compile is used instead" in caplog.text
+
+
+_LOOK_UP_IN_AN_EMPTY_CACHE = """
+    import json, sys
+    from pathlib import Path
+    import torch
+    from ditto_core.aot_packages import PackageCache
+    from ditto_core.render import aot_package
+    from tests.test_warp_decode import toy_networks
+
+    before = "torch._dynamo" in sys.modules
+    warp, decoder = toy_networks(0)
+    step = aot_package.load_step(PackageCache(Path(sys.argv[1])), warp, decoder, (1, 32, 16, 4, 4), 3, 0,
+                                 build=False)
+    print(json.dumps({"found": step is not None, "before": before, "after": "torch._dynamo" in sys.modules}))
+"""
+
+
+def test_looking_up_a_missing_package_imports_no_dynamo(tmp_path):
+    # A new process with --aot and nothing cached renders eagerly; the lookup must not cost it
+    # the import of Inductor and Dynamo that registering our operators would.
+    seen = child_json(_LOOK_UP_IN_AN_EMPTY_CACHE, str(tmp_path), timeout=300)
+    assert seen == {"found": False, "before": False, "after": False}
 
 
 def test_aot_cached_without_a_package_renders_as_today_and_lists_the_shape(tmp_path, fake_compile):  # noqa: F811

@@ -89,10 +89,14 @@ def load_step(cache: PackageCache, warp_network: nn.Module, decoder: nn.Module, 
     """The packaged step for ``volume`` at ``batch_size`` from ``cache``; built there first if
     missing and ``build``, else None. Raises :class:`~ditto_core.aot_packages.AotUnavailable`
     when a build fails."""
+    key = package_key(warp_network, decoder, volume, batch_size, triton_kernels)
+    if not build and cache.problem(key) == "absent":
+        # Nothing to load: the run renders as without packages, and registering our operators
+        # would import Inductor and Dynamo (seconds of a new process) for nothing.
+        return None
     register_triton_operators()  # the export traces them (and loading imports Inductor anyway)
     step = _Step(warp_network, decoder)
     (device, dtype), = {(p.device, p.dtype) for p in warp_network.parameters()}
-    key = package_key(warp_network, decoder, volume, batch_size, triton_kernels)
     graphed = device.type == "cuda"
 
     def make(path: Path) -> dict:
