@@ -140,16 +140,21 @@ def profile_stream(runtime, source, options, config, out_dir: Path):
             "chunk_latency_p95_ms": 1000 * stats["chunk_latency_p95_s"]}
 
 
-def concurrency(runtime, source, options, config, counts, seconds, round_frames=(None,), hubert_priorities=(None,)):
+def concurrency(runtime, source, options, config, counts, seconds, round_frames=(None,), hubert_priorities=(None,),
+                render_frames=(None,)):
     """N streams in step for each N of ``counts``, under each ``round_frames`` setting of the
-    runtime (None: its default) and each CUDA priority of its HuBERT windows' stream (None: the
-    runtime's), side by side; a setting stops at its first N missed."""
+    runtime (None: its default), each CUDA priority of its HuBERT windows' stream (None: the
+    runtime's) and each ``render_frames`` (None: rounds never joined), side by side; a setting
+    stops at its first N missed."""
     variants, default, stream = {}, runtime.round_frames, runtime.hubert_windows.stream
-    for setting, priority in itertools.product(round_frames, hubert_priorities):
+    default_render = runtime.render_frames
+    for setting, priority, joined in itertools.product(round_frames, hubert_priorities, render_frames):
         runtime.round_frames = setting or default
+        runtime.render_frames = joined
         if priority is not None and stream is not None:  # the recorded graphs replay on any stream
             runtime.hubert_windows.stream = torch.cuda.Stream(runtime.device, priority=priority)
-        name = f"round_frames={runtime.round_frames}" + (f",hubert_priority={priority}" if priority is not None else "")
+        name = (f"round_frames={runtime.round_frames}" + (f",hubert_priority={priority}" if priority is not None else "")
+                + (f",render_frames={joined}" if joined is not None else ""))
         levels = []
         for n in counts:
             if n > runtime.max_streams:
@@ -162,7 +167,7 @@ def concurrency(runtime, source, options, config, counts, seconds, round_frames=
         ok = [lv["streams"] for lv in levels if lv["realtime_ok"]]
         variants[name] = {"levels": levels, "max_realtime_streams": max(ok) if ok else 0}
         runtime.hubert_windows.stream = stream
-    runtime.round_frames = default  # the parts after this one run as the runtime was made
+    runtime.round_frames, runtime.render_frames = default, default_render  # the parts after this one: as made
     best = max(v["max_realtime_streams"] for v in variants.values())
     return {"variants": variants, "max_realtime_streams": best, "goal_streams": 12}
 
@@ -273,6 +278,9 @@ def main() -> None:
     parser.add_argument("--hubert-priority", type=int, nargs="+", default=[None],
                         help="CUDA priorities of the HuBERT windows' stream compared in the concurrency part "
                              "(default: the runtime's; e.g. 0 -1: normal against the motion thread's)")
+    parser.add_argument("--render-frames", type=int, nargs="+", default=[0],
+                        help="LiveRuntime render_frames settings compared in the concurrency part (0: rounds never "
+                             "joined; e.g. 80: a round queued behind the one rendered joins it up to 80 frames)")
     parser.add_argument("--minutes", type=float, default=5.0, help="speech in the long-stream memory part")
     parser.add_argument("--quick", action="store_true",
                         help="tiny CPU smoke run of the script itself (frames are noise, warp+decode is skipped)")
@@ -323,7 +331,8 @@ def main() -> None:
             "av_sync": lambda: av_sync(runtime, source, options, config),
             **({"profile": lambda: profile_stream(runtime, source, options, config, args.profile)} if args.profile else {}),
             "concurrency": lambda: concurrency(runtime, source, options, config, args.streams, args.seconds,
-                                               [r or None for r in args.round_frames], args.hubert_priority),
+                                               [r or None for r in args.round_frames], args.hubert_priority,
+                                               [r or None for r in args.render_frames]),
             "long_stream": lambda: long_stream(runtime, source, options, config, args.minutes, progress=partial_long),
         }
 

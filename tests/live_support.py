@@ -77,6 +77,7 @@ class RecordingRenderer:
         self.size = size
         self.delay = delay
         self.motions: dict[int, list] = {}
+        self.calls: list[int] = []  # frames of each render call
         self.lock = threading.Lock()
 
     def render(self, jobs):
@@ -84,6 +85,7 @@ class RecordingRenderer:
 
         if self.delay:
             time.sleep(self.delay)
+        self.calls.append(sum(job.motion.kp_driving.shape[0] for job in jobs))
         out = []
         for job in jobs:
             with self.lock:

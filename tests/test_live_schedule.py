@@ -275,34 +275,50 @@ def test_sampler_batches_are_padded_to_powers_of_two():
     assert [lmdm_batch(n) for n in (1, 2, 3, 4, 5, 8, 9, 12, 17)] == [1, 2, 4, 4, 8, 8, 16, 16, 32]
 
 
+def _five_streams_in_step(pipeline, render_delay: float = 0.0, **settings):
+    """Five streams whose speech arrives at once through a runtime with ``settings``: each
+    stream's motion (its frames checked in order), the sampler's batches, the round stats and
+    the frames of each render call."""
+    runtime = LiveRuntime(pipeline, max_streams=5, renderer=RecordingRenderer(delay=render_delay), **settings)
+    sampler = ProjectionSampler()
+    runtime.sampler = lambda options: sampler
+    speech = [(0.1 * np.random.default_rng(20 + i).standard_normal(9000)).astype(np.float32) for i in range(5)]
+    sources = [random_source(1, is_image=True, seed=30 + i) for i in range(5)]
+    results = asyncio.run(_stream_all(runtime, [(src, MotionOptions(), [audio]) for src, audio in zip(sources, speech)]))
+    rounds = runtime.round_stats()
+    runtime.shutdown()
+    motions = {}
+    for position, (stream_id, frames) in enumerate(results):
+        assert [f.index for f in frames] == list(range(len(frames)))
+        recorded = sorted(runtime.renderer.motions[stream_id], key=lambda r: r[0])
+        motions[position] = torch.cat([m.kp_driving for _, m in recorded])
+    return motions, sampler.batches, rounds, runtime.renderer.calls
+
+
 def test_a_round_samples_at_most_round_frames_and_the_rest_follow_in_turn(pipeline):
     """Five streams whose speech arrives in step, rounds of at most two windows (10 frames): every
     sampler call and every render round holds at most two streams, the streams left out of a round
     lead the next, and each stream's motion is the one the uncapped runtime makes."""
-
-    def run(round_frames):
-        runtime = LiveRuntime(pipeline, max_streams=5, renderer=RecordingRenderer(), round_frames=round_frames)
-        sampler = ProjectionSampler()
-        runtime.sampler = lambda options: sampler
-        speech = [(0.1 * np.random.default_rng(20 + i).standard_normal(9000)).astype(np.float32) for i in range(5)]
-        sources = [random_source(1, is_image=True, seed=30 + i) for i in range(5)]
-        results = asyncio.run(_stream_all(runtime, [(src, MotionOptions(), [audio]) for src, audio in zip(sources, speech)]))
-        rounds = runtime.round_stats()
-        runtime.shutdown()
-        motions = {}
-        for position, (stream_id, frames) in enumerate(results):
-            assert [f.index for f in frames] == list(range(len(frames)))
-            recorded = sorted(runtime.renderer.motions[stream_id], key=lambda r: r[0])
-            motions[position] = torch.cat([m.kp_driving for _, m in recorded])
-        return motions, sampler.batches, rounds
-
-    capped, batches, rounds = run(round_frames=10)
+    capped, batches, rounds, _ = _five_streams_in_step(pipeline, round_frames=10)
     assert max(batches) <= 2 and rounds["frames"]["max"] <= 10 and rounds["windows"]["max"] <= 2
-    whole, whole_batches, _ = run(round_frames=None)
+    whole, whole_batches, _, _ = _five_streams_in_step(pipeline, round_frames=None)
     assert max(whole_batches) > 2  # in step, the uncapped runtime samples more windows at once
     assert capped.keys() == whole.keys()
     for position in whole:
         torch.testing.assert_close(capped[position], whole[position])
+
+
+def test_rounds_queued_behind_a_slow_render_are_rendered_together(pipeline):
+    """Rounds of 10 frames behind a render slower than the motion: with ``render_frames`` 20 a
+    round waiting in the queue joins the next pass (render calls of up to 20 frames, never more),
+    every stream's frames still in order and its motion the one rendered round by round."""
+    joined, _, rounds, calls = _five_streams_in_step(pipeline, render_delay=0.2, round_frames=10, render_frames=20)
+    assert 10 < max(calls) <= 20 and rounds["joined"]["max"] == 2 and rounds["frames"]["max"] <= 20
+    alone, _, alone_rounds, alone_calls = _five_streams_in_step(pipeline, render_delay=0.2, round_frames=10)
+    assert max(alone_calls) <= 10 and alone_rounds["joined"]["max"] == 1
+    assert len(calls) < len(alone_calls)
+    for position in alone:
+        torch.testing.assert_close(joined[position], alone[position])
 
 
 def test_the_round_after_a_capped_one_starts_with_the_streams_it_left_out():

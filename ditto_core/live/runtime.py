@@ -89,12 +89,14 @@ class BackpressureError(DittoError):
 
 @dataclass(frozen=True)
 class RoundTiming:
-    """Host times of one round, for :meth:`LiveRuntime.round_stats` (a benchmark's view inside)."""
+    """Host times of one render pass (a round, or rounds joined up to ``render_frames``), for
+    :meth:`LiveRuntime.round_stats` (a benchmark's view inside)."""
 
     windows: int  # LMDM windows that released frames
     frames: int  # frames rendered
-    motion_s: float  # the motion thread's round: input, HuBERT, LMDM, stitching launched
-    waited_s: float  # queued behind the round before it on the render thread
+    joined: int  # rounds rendered in this pass
+    motion_s: float  # the motion thread's (first) round: input, HuBERT, LMDM, stitching launched
+    waited_s: float  # queued behind the pass before it on the render thread
     render_s: float  # warp+decode, put-back and host copies of its frames, done
     ended: float  # time.monotonic() when its frames were handed out
 
@@ -125,6 +127,10 @@ class LiveRuntime:
         round_frames: frames a round's windows may release (at least one window per round);
             default the largest of ``batch_ladder``. Windows due beyond it wait for the next
             round, which is sampled while this one renders.
+        render_frames: frames the render thread renders in one pass: a round already queued
+            behind the one it takes joins it while their frames fit (fewer, fuller batches when
+            the device falls behind; each round's frames still leave in order). None (the
+            default): every round alone.
         max_load: refuse another stream (:class:`CapacityError`) when the open streams and it
             would need more than this share of the device's time in real time, at the cost per
             frame measured over the last rounds (:meth:`load`); None admits up to ``max_streams``
@@ -138,6 +144,7 @@ class LiveRuntime:
         encoder_threads: int = 4, compile: Optional[bool] = None, batch_ladder: tuple[int, ...] = BATCH_LADDER,
         sampler_factory: Optional[Callable[[MotionOptions], DDIMSampler]] = None, stitch_graphs: bool = False,
         round_frames: Optional[int] = None, max_load: Optional[float] = MAX_LOAD,
+        render_frames: Optional[int] = None,
     ) -> None:
         if not (isinstance(max_streams, int) and max_streams >= 1):
             raise InputError(f"max_streams must be a positive integer, got {max_streams!r}.")
@@ -147,6 +154,9 @@ class LiveRuntime:
         if not (isinstance(round_frames, int) and round_frames >= 1):
             raise InputError(f"round_frames must be a positive integer, got {round_frames!r}.")
         self.round_frames = round_frames
+        if not (render_frames is None or isinstance(render_frames, int) and render_frames >= 1):
+            raise InputError(f"render_frames must be a positive integer or None, got {render_frames!r}.")
+        self.render_frames = render_frames
         self.pipeline = pipeline
         self.device = pipeline.device
         self.max_streams = max_streams
@@ -358,8 +368,9 @@ class LiveRuntime:
         }
 
     def round_stats(self) -> dict:
-        """Recent rounds (up to the last :data:`_ROUNDS_KEPT`): how many, the frames and windows
-        each held, and p50/p95 of each part of their time, in milliseconds."""
+        """Recent render passes (up to the last :data:`_ROUNDS_KEPT`; a pass is one round, or
+        several joined, ``render_frames``): how many, the frames, windows and rounds each held,
+        and p50/p95 of each part of their time, in milliseconds."""
         rounds = list(self._rounds)
         if not rounds:
             return {"rounds": 0}
@@ -373,6 +384,7 @@ class LiveRuntime:
             "rounds": len(rounds),
             "frames": summary([r.frames for r in rounds]),
             "windows": summary([r.windows for r in rounds]),
+            "joined": summary([r.joined for r in rounds]),
             **{f"{part}_ms": summary([getattr(r, f"{part}_s") for r in rounds], 1000.0)
                for part in ("motion", "waited", "render")},
         }
@@ -679,22 +691,39 @@ class LiveRuntime:
                         if self._stopping:
                             return
                         jobs = self._render_queue.popleft()
+                        if not callable(jobs):
+                            jobs = self._join_queued(*jobs)
                         self._render_ready.notify_all()
                     if callable(jobs):  # work that must run on this thread (warm_up)
                         jobs()
                     else:
-                        jobs, made, began, queued = jobs
-                        if made is not None:
-                            torch.cuda.current_stream(self.device).wait_event(made)
+                        jobs, made, joined, began, queued = jobs
+                        for event in made:
+                            torch.cuda.current_stream(self.device).wait_event(event)
                         started = time.monotonic()
                         frames = self._render_round(jobs)
                         ended = time.monotonic()
                         self._rounds.append(RoundTiming(
-                            windows=sum(job.motion is not None for job in jobs), frames=frames,
+                            windows=sum(job.motion is not None for job in jobs), frames=frames, joined=joined,
                             motion_s=queued - began, waited_s=started - queued, render_s=ended - started,
                             ended=ended))
         except BaseException as error:
             self._fail_all(error)
+
+    def _join_queued(self, jobs: list[RenderJob], made, began: float, queued: float) -> tuple:
+        """The round taken and the rounds queued behind it whose frames fit in ``render_frames``,
+        as one pass: (jobs in order, their motion-stream events, rounds joined, ``began`` and
+        ``queued`` of the first). Called holding ``_render_ready``."""
+        events = [made] if made is not None else []
+        frames, joined = _motion_frames(jobs), 1
+        while self.render_frames is not None and self._render_queue and not callable(self._render_queue[0]):
+            more, more_made, _, _ = self._render_queue[0]
+            if frames + _motion_frames(more) > self.render_frames:
+                break
+            self._render_queue.popleft()
+            jobs, frames, joined = jobs + more, frames + _motion_frames(more), joined + 1
+            events += [more_made] if more_made is not None else []
+        return jobs, events, joined, began, queued
 
     def _on_render_thread(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the render thread (where the engines' CUDA graphs live) and wait for it."""
@@ -788,6 +817,11 @@ def _cudagraph_thread_state() -> None:
     local.tree_manager_locks = defaultdict(threading.Lock)
     torch._C._stash_obj_in_tls("tree_manager_containers", local.tree_manager_containers)
     torch._C._stash_obj_in_tls("tree_manager_locks", local.tree_manager_locks)
+
+
+def _motion_frames(jobs: list[RenderJob]) -> int:
+    """Frames a round's jobs render (jobs without motion only end their stream)."""
+    return sum(job.motion.kp_driving.shape[0] for job in jobs if job.motion is not None)
 
 
 def quantile(ordered: list, q: float):
