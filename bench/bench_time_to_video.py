@@ -91,8 +91,10 @@ def _child(args: argparse.Namespace) -> None:
     times["load_models_breakdown_s"] = dict(pipeline.load_times.seconds)
     times["hubert_backend"] = getattr(pipeline.hubert, "backend", "onnxruntime")
     jobs = []
+    pauses = _GcPauses()  # Python's collections inside each job: after a compile they scan its many objects
     for index, audio in enumerate(args.job):
         out = Path(args.out_dir) / f"job{index}.mp4"
+        pauses.clear()
         start = time.time()
         pipeline.run(args.image, audio, out, RegistrationOptions(detect_face=False), motion_options,
                      crf=args.crf, preset=args.preset)
@@ -103,6 +105,7 @@ def _child(args: argparse.Namespace) -> None:
             "mp4_done_since_spawn_s": finished - args.spawned_at, "stages_s": dict(pipeline.times.seconds),
             "engine": None if engine is None else vars(engine.stats).copy(),
             "cuda_peak_mib": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
+            "gc_pauses": pauses.summary(),
         })
     times["dynamo_imported"] = "torch._dynamo" in sys.modules  # by the jobs: only a trace needs it
     if engine_warmup == "aot":  # as the CLI does after its MP4; waited for, so the next child finds the package
@@ -116,6 +119,31 @@ def _child(args: argparse.Namespace) -> None:
     times["child_started_since_spawn_s"] = _CHILD_START - args.spawned_at
     times["compile_breakdown"] = compile_breakdown() if not args.no_compile else None
     print("RESULT " + json.dumps({"process": times, "jobs": jobs}, default=str), flush=True)
+
+
+class _GcPauses:
+    """Durations of the garbage collector's passes (gc.callbacks), per generation."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self._passes: list[tuple[int, float]] = []
+        self._began = 0.0
+        gc.callbacks.append(self._heard)
+
+    def _heard(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self._passes.append((info["generation"], time.perf_counter() - self._began))
+
+    def clear(self) -> None:
+        self._passes.clear()
+
+    def summary(self) -> dict[str, Any]:
+        full = [seconds for generation, seconds in self._passes if generation == 2]
+        return {"passes": len(self._passes), "total_s": round(sum(s for _, s in self._passes), 4),
+                "full": len(full), "full_s": round(sum(full), 4)}
 
 
 WARMUPS = ("cli", "foreground", "background", "aot")
@@ -248,6 +276,7 @@ def _summarise(first: dict, seconds: list[dict]) -> dict[str, Any]:
         for name, job in (("new_process", 0), ("warm_process", 1)):
             if "error" not in states[name]:
                 states[name]["all_wall_s"] = [state(run, job).get("wall_s") for run in seconds]
+                states[name]["all_gc_full_s"] = [state(run, job).get("gc_pauses", {}).get("full_s") for run in seconds]
     return states
 
 
@@ -261,6 +290,8 @@ def _print_table(result: dict[str, Any]) -> None:
             parts = dict(state.get("process", {}))
             parts.update(state["stages_s"])
             text = ", ".join(f"{k}={v:.2f}" for k, v in parts.items() if isinstance(v, float))
+            if "gc_pauses" in state:
+                text += f", gc full passes={state['gc_pauses']['full']} ({state['gc_pauses']['full_s']:.2f} s)"
             if "all_wall_s" in state:
                 text = "every child: " + ", ".join(f"{v:.2f}" for v in state["all_wall_s"] if v is not None) + "; " + text
             print(f"{clip:<10} {name:<14} {state['wall_s']:8.2f}  {text}")
