@@ -1,7 +1,7 @@
 #!/bin/bash
 # Prepared in session 24 for the next device session (not yet run): torch.compile's ahead-of-time
 # path for the warp+decode step. Before the call, here:
-#   git diff main s24-precompiled-step -- ditto_core tests docs > .carry/pre.patch
+#   git diff main s24-precompiled-step -- ditto_core nodes tests docs > .carry/pre.patch
 # 1. precompile_probe.py: compile and save in one process, load in fresh ones (does torch 2.11 load
 #    it on CUDA, what a new process pays, ms/frame from the captured graph against eager);
 # 2. with the branch applied, time to video: cli and foreground (code paths the branch does not
