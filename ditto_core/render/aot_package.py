@@ -90,7 +90,7 @@ def load_step(cache: PackageCache, warp_network: nn.Module, decoder: nn.Module, 
     missing and ``build``, else None. Raises :class:`~ditto_core.aot_packages.AotUnavailable`
     when a build fails."""
     key = package_key(warp_network, decoder, volume, batch_size, triton_kernels)
-    if not build and cache.problem(key) == "absent":
+    if not build and not cache.entry(key).exists():
         # Nothing to load: the run renders as without packages, and registering our operators
         # would import Inductor and Dynamo (seconds of a new process) for nothing.
         return None
