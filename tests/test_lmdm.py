@@ -93,3 +93,28 @@ def test_bad_condition_width_is_actionable():
         model.encode_guidance(torch.zeros(1, 265), torch.zeros(1, 80, 1024))
     with pytest.raises(InputError, match="cond_frame"):
         model.encode_guidance(torch.zeros(1, 63), torch.zeros(1, 80, 1103))
+
+
+def test_time_condition_split_by_step_equals_each_steps_own_rows():
+    """The sampler computes every step's time condition in one batch and splits it: each step
+    gets exactly its own rows, dense, with strides that do not depend on the step count (the
+    compiled step is reused across step counts instead of recompiled)."""
+    torch.manual_seed(0)
+    net = LMDM().eval()
+    rows = 4  # 2 windows x (conditional, null)
+    condition = net.encode_guidance(torch.randn(2, 265), torch.randn(2, 80, net.cond_dim))
+    strides = set()
+    with torch.no_grad():
+        for steps in (3, 5):
+            t = torch.randint(0, 1000, (steps,)).repeat_interleave(rows)
+            tiled = type(condition)(**{**vars(condition), "hidden": condition.hidden.repeat(steps, 1)})
+            every = net.time_condition(t, tiled)
+            split = every.split_steps(steps)
+            assert len(split) == steps
+            for i, part in enumerate(split):
+                own = slice(i * rows, (i + 1) * rows)
+                for got, want in ((part.modulations, every.modulations[:, :, :, own]), (part.keys, every.keys[:, own]),
+                                  (part.values, every.values[:, own])):
+                    assert got.is_contiguous() and torch.equal(got, want)
+                strides.add((part.modulations.stride(), part.keys.stride(), part.values.stride()))
+    assert len(strides) == 1

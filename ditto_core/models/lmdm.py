@@ -285,14 +285,19 @@ class LMDMTimeCondition:
     keys: Tensor  # (layers, N, 2, 512): cross-attention keys of the 2 time tokens
     values: Tensor  # (layers, N, 2, 512): their values
 
-    def rows(self, start: int, stop: int) -> "LMDMTimeCondition":
-        """Rows ``start .. stop-1`` (views, no copy)."""
-        rows = slice(start, stop)
-        return LMDMTimeCondition(self.modulations[:, :, :, rows], self.keys[:, rows], self.values[:, rows])
+    def split_steps(self, steps: int) -> list["LMDMTimeCondition"]:
+        """The rows as ``steps`` equal consecutive groups (rows = steps x N, step-major, as a
+        sampler with a fixed schedule computes them), each group dense.
 
-    def contiguous(self) -> "LMDMTimeCondition":
-        """Dense copies (the views :meth:`rows` returns have strides that depend on the total rows)."""
-        return LMDMTimeCondition(self.modulations.contiguous(), self.keys.contiguous(), self.values.contiguous())
+        One copy per tensor for all groups: a step's slice of the rows would be a view whose
+        strides depend on the step count (``torch.compile`` guards on strides), and a copy per
+        step would add three kernels to every step of a window.
+        """
+        def grouped(tensor: Tensor, row_dim: int) -> Tensor:
+            return tensor.unflatten(row_dim, (steps, -1)).movedim(row_dim, 0).contiguous()
+
+        modulations, keys, values = grouped(self.modulations, 3), grouped(self.keys, 1), grouped(self.values, 1)
+        return [LMDMTimeCondition(modulations[i], keys[i], values[i]) for i in range(steps)]
 
 
 def _positions(tables: tuple[Tensor, Tensor], start: int, stop: int) -> tuple[Tensor, Tensor]:
@@ -422,7 +427,7 @@ class LMDM(nn.Module):
         """Timestep-dependent quantities for M rows: t (M,) int64, ``condition`` with M rows.
 
         Independent of ``x``: a sampler with a fixed schedule computes them for all its steps
-        in one batch (rows = steps x N) and slices per step with :meth:`LMDMTimeCondition.rows`.
+        in one batch (rows = steps x N) and splits them with :meth:`LMDMTimeCondition.split_steps`.
         """
         t_hidden = self.time_mlp(t)
         film = self.to_time_cond(t_hidden) + condition.hidden
@@ -445,10 +450,12 @@ class LMDM(nn.Module):
         frame_tables = _positions(condition.tables, 0, WINDOW)
         w_x = self.input_projection.weight[:, :MOTION_DIM]
         h = F.linear(x, w_x) + condition.frame_term[:, None, :]
+        # Every layer's 82-token memory in one copy each for keys and values (two kernels a step,
+        # not two per layer: the step's kernel count is what a live chunk's LMDM window costs).
+        keys = torch.cat((condition.keys, time.keys), dim=2)
+        values = torch.cat((condition.values, time.values), dim=2)
         for i, layer in enumerate(self.seqTransDecoder.stack):
-            keys = torch.cat((condition.keys[i], time.keys[i]), dim=1)
-            values = torch.cat((condition.values[i], time.values[i]), dim=1)
-            h = layer(h, keys, values, time.modulations[i], frame_tables)
+            h = layer(h, keys[i], values[i], time.modulations[i], frame_tables)
         return self.final_layer(h)
 
     def guided_step(

@@ -204,15 +204,10 @@ class DDIMSampler:
         # Everything that depends on t alone, for all steps at once: (steps x 2B) rows.
         every_t = self.timesteps.repeat_interleave(rows)
         tiled = replace(condition, hidden=condition.hidden.repeat(self.steps, 1))
-        times = lmdm.time_condition(every_t, tiled)
+        times = lmdm.time_condition(every_t, tiled).split_steps(self.steps)
 
         def step(i: int, x: Tensor) -> tuple[Tensor, Tensor]:
-            time = times.rows(i * rows, (i + 1) * rows)
-            if self.compile:
-                # Dynamo guards on strides, and these views' strides depend on the step count:
-                # dense copies (a few hundred KiB) keep one compiled step for every step count.
-                time = time.contiguous()
-            return self._guided_step(x, self.timesteps[i].expand(b), condition, time)
+            return self._guided_step(x, self.timesteps[i].expand(b), condition, times[i])
 
         for i in range(self.steps - 1):
             pred_noise, x_start = step(i, x)
