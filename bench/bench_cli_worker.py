@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from .bench_time_to_video import REPO, ensure_models, speech_variants
+from .bench_time_to_video import REPO, cache_env, ensure_models, speech_variants
 
 GOALS = {"own_process.median_s": 5.0, "worker.median_s": 5.0}
 
@@ -88,10 +88,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     result: dict[str, Any] = {"config": {k: str(v) for k, v in vars(args).items()}}
     with tempfile.TemporaryDirectory(prefix="cli_worker_") as tmp:
         work = Path(tmp)
-        env = dict(os.environ)
-        env.update({"TORCHINDUCTOR_CACHE_DIR": str(work / "inductor"), "TRITON_CACHE_DIR": str(work / "triton"),
-                    "XDG_CACHE_HOME": str(work / "xdg"),
-                    "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])})
+        env = {**os.environ, **cache_env(work)}
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
         env.pop("DITTO_WORKER_SOCKET", None)
         seconds = args.seconds
         if seconds is None:

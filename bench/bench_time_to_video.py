@@ -207,14 +207,16 @@ def _profiled_child(args: argparse.Namespace) -> None:
         profile.dump_stats(str(args.profile_out))
 
 
+def cache_env(root: Path) -> dict[str, str]:
+    """Environment that puts every on-disk cache a run fills (Inductor's, Triton's, the pack's
+    under ``XDG_CACHE_HOME``) under ``root``: an empty ``root`` is a first-ever run."""
+    return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"), "TRITON_CACHE_DIR": str(root / "triton"),
+            "XDG_CACHE_HOME": str(root / "xdg")}
+
+
 def _run_child(args: argparse.Namespace, cache_root: Path, jobs: list[Path], work: Path, tag: str) -> dict[str, Any]:
-    env = dict(os.environ)
-    env.update({
-        "TORCHINDUCTOR_CACHE_DIR": str(cache_root / "inductor"),
-        "TRITON_CACHE_DIR": str(cache_root / "triton"),
-        "XDG_CACHE_HOME": str(cache_root / "xdg"),
-        "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
-    })
+    env = {**os.environ, **cache_env(cache_root)}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     out_dir = work / tag
     out_dir.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "bench.bench_time_to_video", "--child", "--models", str(args.models), "--image", str(args.image),

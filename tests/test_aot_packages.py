@@ -413,3 +413,24 @@ def test_a_background_build_that_failed_is_not_started_again(tmp_path):
     retried = build_in_background(engine, tmp_path / "no_models", seed=0, status=said.append)
     assert retried is not None
     retried.wait(timeout=300)
+
+
+def test_builds_under_way_lists_the_attempts_whose_builder_still_runs(tmp_path):
+    """What a benchmark waits for before its next process: attempt files anywhere under the
+    folder that name a live process; a dead builder's file (it stays, see above) and other
+    files are not waited for."""
+    import os
+    import subprocess
+    import sys
+
+    from ditto_core.render.aot_build import builds_under_way
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / "aot").mkdir()
+    running = tmp_path / "aot" / "build-attempt-0123456789abcdef.pid"
+    running.write_text(f"{os.getpid()}\n")
+    (tmp_path / "build-attempt-fedcba9876543210.pid").write_text(ended.stdout)
+    (tmp_path / "aot" / "worker.pid").write_text(f"{os.getpid()}\n")
+    assert builds_under_way(tmp_path) == [running]
+    running.unlink()
+    assert builds_under_way(tmp_path) == []

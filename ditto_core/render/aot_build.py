@@ -67,6 +67,12 @@ def _attempt_file(root: Path, settings: Sequence[str]) -> Path:
     return root / f"build-attempt-{digest}.pid"
 
 
+def builds_under_way(folder: Path) -> list[Path]:
+    """The attempt files anywhere under ``folder`` whose builder still runs (a run that wants
+    the packages, such as a benchmark's next process, waits for them)."""
+    return [attempt for attempt in folder.rglob("build-attempt-*.pid") if _alive(attempt)]
+
+
 def _alive(attempt: Path) -> bool:
     """Whether the builder named in ``attempt`` still runs (then the attempt has not failed)."""
     try:

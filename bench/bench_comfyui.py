@@ -1,0 +1,388 @@
+"""Time to video in a real ComfyUI: a prompt queued over its HTTP API, timed until the MP4 is written.
+
+``bench_time_to_video`` runs the pipeline in processes of its own and calls its ComfyUI rows an
+emulation: the same nodes' work, without ComfyUI's executor, its caching of node outputs, its
+conversions at the node edges and its housekeeping between prompts (a full garbage collection
+and ``torch.cuda.empty_cache()`` after a prompt when the last one is over 10 s old). This script
+starts ComfyUI itself (``main.py`` of ``--comfyui``, headless, on 127.0.0.1) with the pack in
+its ``custom_nodes`` and queues the all-in-one example workflow as a client would:
+
+* ``first_ever``: a new server with empty Inductor, Triton and pack caches, its first prompt;
+* ``new_process``: a relaunched server with the caches the first one left, its first prompt
+  (what a user waits for after each ComfyUI launch);
+* ``warm_process``: a second prompt in that server, with different speech and the same portrait
+  (Load Image and Load Ditto Models come from ComfyUI's cache), queued ``--idle-before-warm``
+  seconds after the first one finished, as a user presses Queue again.
+
+Wall time runs from the ``POST /prompt`` to the ``execution_success`` message on the prompt's
+WebSocket (the MP4 is in place by then: it is checked), and is split by those messages into the
+wait before execution, each node, and the rest. Each state also reports the server's launch to
+ready time, the pack's import time as ComfyUI logged it, and the nodes' own timing records.
+Several ``--pack NAME=DIR`` run side by side, relaunched in turn (so drift weighs on each alike).
+
+    python3 -m bench.bench_comfyui --comfyui $COMFYUI --models $MODELS --hubert $HUBERT --out $OUT/comfyui.json
+    python3 -m bench.bench_comfyui --comfyui $COMFYUI --device cpu --stub-hubert --max-seconds 0.24 --repeats 1
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from .bench_time_to_video import REPO, cache_env, ensure_models, speech_variants
+
+GOALS = {"warm_process.wall_s": ("<=", 1.5), "new_process.wall_s": ("<=", 5.0), "first_ever.wall_s": ("<=", 30.0)}
+WORKFLOW = REPO / "example_workflows" / "api" / "ditto_all_in_one.json"
+PORTRAIT_NAME = "ditto_portrait.jpg"
+
+
+# ----------------------------------------------------------------------------- the server
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    """One ComfyUI process on 127.0.0.1 (headless: an empty front-end root, no browser)."""
+
+    base: Path
+    cache_root: Path
+    log_path: Path
+    device: str
+    comfyui: Path
+    python: str
+    port: int = field(default_factory=_free_port)
+    process: Optional[subprocess.Popen] = None
+    spawned: float = 0.0
+    ready_s: Optional[float] = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float) -> None:
+        front_end = self.base / "no_front_end"
+        front_end.mkdir(exist_ok=True)
+        command = [self.python, "main.py", "--listen", "127.0.0.1", "--port", str(self.port), "--base-directory",
+                   str(self.base), "--disable-auto-launch", "--front-end-root", str(front_end)]
+        if self.device == "cpu":
+            command.append("--cpu")
+        env = {**os.environ, **cache_env(self.cache_root), "PYTHONUNBUFFERED": "1"}
+        self.spawned = time.time()
+        with open(self.log_path, "a") as log:
+            self.process = subprocess.Popen(command, cwd=self.comfyui, stdout=log, stderr=subprocess.STDOUT, env=env)
+        deadline = self.spawned + timeout
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"ComfyUI exited during start-up (code {self.process.returncode}); see {self.log_path}")
+            if _get(f"{self.url}/object_info/DittoTalkingHead") is not None:
+                self.ready_s = time.time() - self.spawned
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"ComfyUI did not answer within {timeout} s; see {self.log_path}")
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def pack_import_s(self) -> Optional[float]:
+        """The pack's import time from ComfyUI's "Import times for custom nodes" lines (the last launch's)."""
+        found = re.findall(r"^\s*([0-9.]+) seconds.*ComfyUI-Ditto\s*$", self.log_path.read_text(errors="replace"), re.M)
+        return float(found[-1]) if found else None
+
+
+def _get(url: str) -> Optional[dict]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return json.loads(response.read() or b"{}")
+    except (OSError, urllib.error.URLError, ValueError):
+        return None
+
+
+# ----------------------------------------------------------------------------- one prompt
+
+
+async def _queue_and_wait(url: str, prompt: dict, timeout: float) -> dict[str, Any]:
+    """POST the prompt with the WebSocket of its client already open; every message's arrival time."""
+    import aiohttp
+
+    client_id = uuid.uuid4().hex
+    events: list[tuple[float, str, dict]] = []
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(f"{url}/ws?clientId={client_id}") as ws:
+            start = time.time()
+            async with session.post(f"{url}/prompt", json={"prompt": prompt, "client_id": client_id}) as response:
+                reply = await response.json()
+            if response.status != 200 or reply.get("node_errors"):
+                return {"error": f"prompt refused ({response.status}): {json.dumps(reply)[:2000]}"}
+            prompt_id = reply["prompt_id"]
+            deadline = start + timeout
+            while True:
+                message = await ws.receive(timeout=max(0.1, deadline - time.time()))
+                if message.type != aiohttp.WSMsgType.TEXT:
+                    if message.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
+                        return {"error": "the server closed the WebSocket"}
+                    continue  # previews
+                payload = json.loads(message.data)
+                data = payload.get("data") or {}
+                if data.get("prompt_id") not in (None, prompt_id):
+                    continue
+                events.append((time.time() - start, payload["type"], data))
+                if payload["type"] in ("execution_success", "execution_error", "execution_interrupted"):
+                    break
+        async with session.get(f"{url}/history/{prompt_id}") as response:
+            history = (await response.json()).get(prompt_id, {})
+    return {"events": events, "history": history}
+
+
+def timeline(events: list[tuple[float, str, dict]], classes: dict[str, str]) -> dict[str, Any]:
+    """Request-relative times -> wall time, the wait before the first node, each node's seconds
+    (from its ``executing`` message to the next one's), the cached nodes, and how it ended."""
+    ended, kind, data = events[-1]
+    result: dict[str, Any] = {"wall_s": ended, "ended": kind}
+    if kind != "execution_success":
+        result["error"] = data.get("exception_message") or kind
+    started = [(t, d["node"]) for t, k, d in events if k == "executing" and d.get("node") is not None]
+    result["before_first_node_s"] = started[0][0] if started else ended
+    nodes = {}
+    for (t, node), (t_next, _) in zip(started, [*started[1:], (ended, None)]):
+        nodes[f"{node}:{classes.get(node, '?')}"] = round(t_next - t, 4)
+    result["nodes_s"] = nodes
+    result["cached"] = sorted(f"{n}:{classes.get(n, '?')}" for _, k, d in events if k == "execution_cached"
+                              for n in d.get("nodes", []))
+    return result
+
+
+def _saved_mp4(history: dict, base: Path) -> Optional[Path]:
+    for output in history.get("outputs", {}).values():
+        for entry in output.get("images", []):
+            if entry["filename"].endswith(".mp4"):
+                return base / entry["type"] / entry["subfolder"] / entry["filename"]
+    return None
+
+
+def run_prompt(server: Server, prompt: dict, timeout: float) -> dict[str, Any]:
+    """One prompt, timed; the MP4 it names is checked to be there, whole."""
+    from .bench_common import count_frames
+
+    got = asyncio.run(_queue_and_wait(server.url, prompt, timeout))
+    if "error" in got:
+        return got
+    classes = {k: v["class_type"] for k, v in prompt.items()}
+    result = timeline(got["events"], classes)
+    result["node_records"] = {f"{node}:{classes.get(node, '?')}": output["ditto_stats"][0]  # the nodes' own timers
+                              for node, output in got["history"].get("outputs", {}).items() if output.get("ditto_stats")}
+    mp4 = _saved_mp4(got["history"], server.base)
+    if "error" not in result:
+        if mp4 is None or not mp4.is_file():
+            result["error"] = f"no MP4 in the prompt's outputs ({mp4})"
+        else:
+            result["mp4_frames"] = count_frames(mp4)
+    return result
+
+
+def workflow(speech: str, device: str, preset: str, crf: int, steps: int) -> dict:
+    """The all-in-one example as a client queues it; no face detection (random weights detect none)."""
+    prompt = json.loads(WORKFLOW.read_text())
+    for node in prompt.values():
+        inputs = node["inputs"]
+        if node["class_type"] == "DittoLoadModels":
+            inputs["device"] = device if device == "cpu" else "auto"
+        elif node["class_type"] == "LoadImage":
+            inputs["image"] = PORTRAIT_NAME
+        elif node["class_type"] == "LoadAudio":
+            inputs["audio"] = speech
+        elif node["class_type"] == "DittoTalkingHead":
+            inputs.update(detect_face=False, preset=preset, crf=crf, steps=steps, filename_prefix="bench/ttv")
+    return prompt
+
+
+# ----------------------------------------------------------------------------- the states
+
+
+def prepare_base(base: Path, pack: Path, models: Path, image: Path, speeches: tuple[Path, Path]) -> None:
+    """A ComfyUI base folder: the pack in custom_nodes, the models in models/ditto, the inputs."""
+    (base / "custom_nodes").mkdir(parents=True)
+    (base / "custom_nodes" / "ComfyUI-Ditto").symlink_to(pack.resolve(), target_is_directory=True)
+    (base / "models").mkdir()
+    (base / "models" / "ditto").symlink_to(models.resolve(), target_is_directory=True)
+    (base / "user").mkdir()  # ComfyUI's database and the pack's avatar cache
+    (base / "input").mkdir()
+    shutil.copyfile(image, base / "input" / PORTRAIT_NAME)
+    for speech in speeches:
+        shutil.copyfile(speech, base / "input" / speech.name)
+
+
+def launch_and_queue(args: argparse.Namespace, base: Path, cache_root: Path, prompts: list[dict],
+                     idle_before: list[float]) -> dict[str, Any]:
+    """Launch a server, queue ``prompts`` one after another (each after its idle wait), stop it."""
+    server = Server(base, cache_root, base / "comfyui.log", args.device, args.comfyui, args.comfyui_python)
+    result: dict[str, Any] = {"launch": {}, "prompts": []}
+    try:
+        server.start(args.startup_timeout)
+        result["launch"] = {"ready_s": server.ready_s, "pack_import_s": server.pack_import_s()}
+        for prompt, idle in zip(prompts, idle_before):
+            time.sleep(idle)
+            result["prompts"].append(run_prompt(server, prompt, args.prompt_timeout))
+            result["prompts"][-1]["done_since_spawn_s"] = time.time() - server.spawned
+    except RuntimeError as error:
+        result["launch"]["error"] = str(error)
+    finally:
+        server.stop()
+    result["launch"]["builds_waited_s"] = round(wait_for_builders(cache_root, args.builder_timeout), 2)
+    return result
+
+
+def wait_for_builders(cache_root: Path, timeout: float) -> float:
+    """Seconds spent waiting for the detached builds a run started (AOT packages, built after
+    a render in a process of their own), so that the next launch finds what they make, as a
+    user relaunching minutes later would."""
+    from ditto_core.render.aot_build import builds_under_way
+
+    start = time.time()
+    while builds_under_way(cache_root) and time.time() - start < timeout:
+        time.sleep(0.5)
+    return time.time() - start
+
+
+def summarise(first: dict, later: list[dict]) -> dict[str, Any]:
+    """The first-ever launch's prompt; of the relaunches, the one with the median first prompt
+    (its second prompt is the warm one), every relaunch's times beside it."""
+    def state(run: dict, index: int) -> dict[str, Any]:
+        if len(run["prompts"]) <= index:
+            return {"error": run["launch"].get("error", "no prompt ran"), "launch": run["launch"]}
+        return {**run["prompts"][index], **({"launch": run["launch"]} if index == 0 else {})}
+
+    done = sorted((run for run in later if len(run["prompts"]) == 2), key=lambda run: run["prompts"][0]["wall_s"])
+    median = done[(len(done) - 1) // 2] if done else (later[0] if later else first)
+    states = {"first_ever": state(first, 0), "new_process": state(median, 0), "warm_process": state(median, 1)}
+    for name, index in (("new_process", 0), ("warm_process", 1)):
+        states[name]["all_wall_s"] = [run["prompts"][index]["wall_s"] for run in later if len(run["prompts"]) > index]
+    return states
+
+
+def _print_table(result: dict[str, Any]) -> None:
+    print(f"{'pack':<10} {'state':<13} {'wall s':>7}  breakdown")
+    for pack, states in result["packs"].items():
+        for name, state in states.items():
+            if "error" in state:
+                print(f"{pack:<10} {name:<13} {'error':>7}  {state['error']}")
+                continue
+            parts = [f"ready {state['launch']['ready_s']:.2f}"] if "launch" in state else []
+            parts.append(f"wait {state['before_first_node_s']:.2f}")
+            parts += [f"{node.split(':')[1]} {seconds:.2f}" for node, seconds in state["nodes_s"].items()]
+            if state["cached"]:
+                parts.append("cached " + " ".join(node.split(":")[1] for node in state["cached"]))
+            if state.get("all_wall_s"):
+                parts.append("every launch " + " ".join(f"{v:.2f}" for v in state["all_wall_s"]))
+            print(f"{pack:<10} {name:<13} {state['wall_s']:7.2f}  {', '.join(parts)}")
+    for pack, states in result["packs"].items():
+        for key, (op, goal) in GOALS.items():
+            state, metric = key.split(".")
+            got = states.get(state, {}).get(metric)
+            verdict = "n/a" if got is None else ("met" if got <= goal else "NOT met")
+            print(f"goal {pack}: {key} {op} {goal}: {got if got is None else round(got, 2)} ({verdict})")
+
+
+def _pack(text: str) -> tuple[str, Path]:
+    name, sep, folder = text.partition("=")
+    if not sep or not name or not Path(folder).is_dir():
+        raise argparse.ArgumentTypeError(f"--pack wants NAME=FOLDER with FOLDER a checkout of the pack, got {text!r}")
+    return name, Path(folder)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    from .scene import PORTRAIT_CANDIDATES, SPEECH_CANDIDATES
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--comfyui", type=Path, default=os.environ.get("COMFYUI_DIR"),
+                        help="a ComfyUI checkout (default: $COMFYUI_DIR)")
+    parser.add_argument("--comfyui-python", default=os.environ.get("COMFYUI_PYTHON", sys.executable),
+                        help="the Python of ComfyUI's environment (default: $COMFYUI_PYTHON, else this one)")
+    parser.add_argument("--pack", type=_pack, action="append", default=None,
+                        help="NAME=FOLDER: a checkout of the pack to measure (repeatable; default: this one as 'main')")
+    parser.add_argument("--models", type=Path, required=True, help="official-layout checkpoint folder")
+    parser.add_argument("--make-checkpoints", type=Path, default=None, help="make_checkpoints.py, to fill --models")
+    parser.add_argument("--hubert", type=Path, default=None, help="HuBERT-large ONNX (bench/make_hubert_large.py)")
+    parser.add_argument("--stub-hubert", action="store_true", help="the stand-in HuBERT instead (smoke runs)")
+    parser.add_argument("--image", type=Path, default=next((p for p in PORTRAIT_CANDIDATES if p.is_file()), None))
+    parser.add_argument("--audio", type=Path, default=next((p for p in SPEECH_CANDIDATES if p.is_file()), None))
+    parser.add_argument("--max-seconds", type=float, default=None, help="trim the speech (CPU smoke runs)")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--preset", default="ultrafast")
+    parser.add_argument("--crf", type=int, default=18)
+    parser.add_argument("--steps", type=int, default=25)
+    parser.add_argument("--repeats", type=int, default=3, help="relaunches per pack (the median one is reported)")
+    parser.add_argument("--idle-before-warm", type=float, default=2.0,
+                        help="seconds between the first prompt's end and the second's request (ComfyUI collects "
+                             "garbage right after a prompt; a queue of prompts would wait for that)")
+    parser.add_argument("--builder-timeout", type=float, default=300,
+                        help="the longest wait, after a server stops, for the builds it started in the background")
+    parser.add_argument("--startup-timeout", type=float, default=300)
+    parser.add_argument("--prompt-timeout", type=float, default=600)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.comfyui is None or not (args.comfyui / "main.py").is_file():
+        parser.error("--comfyui (or $COMFYUI_DIR) must name a ComfyUI checkout (a folder with main.py)")
+    args.models.mkdir(parents=True, exist_ok=True)
+    ensure_models(args)
+    packs = dict(args.pack or [("main", REPO)])
+    result: dict[str, Any] = {"config": {k: str(v) for k, v in vars(args).items()}, "packs": {}}
+    with tempfile.TemporaryDirectory(prefix="bench_comfyui_") as tmp:
+        work = Path(tmp)
+        seconds = args.max_seconds
+        if seconds is None:
+            import av
+
+            with av.open(str(args.audio)) as container:
+                seconds = float(container.duration / 1e6)
+        speeches = speech_variants(args.audio, seconds, work)
+        prompts = [workflow(speech.name, args.device, args.preset, args.crf, args.steps) for speech in speeches]
+        bases = {name: work / f"base_{name}" for name in packs}
+        firsts, later = {}, {name: [] for name in packs}
+        for name, folder in packs.items():
+            prepare_base(bases[name], folder, args.models, args.image, speeches)
+            firsts[name] = launch_and_queue(args, bases[name], bases[name] / "caches", prompts[:1], [0.0])
+        for _ in range(args.repeats):
+            for name in packs:
+                later[name].append(launch_and_queue(args, bases[name], bases[name] / "caches", prompts,
+                                                    [0.0, args.idle_before_warm]))
+                result["packs"][name] = summarise(firsts[name], later[name])
+                if args.out:  # after every launch: a run stopped by its time limit keeps what it measured
+                    args.out.parent.mkdir(parents=True, exist_ok=True)
+                    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        result["log_tails"] = {name: (bases[name] / "comfyui.log").read_text(errors="replace")[-3000:] for name in packs}
+    result["goals"] = {k: {"op": op, "value": v} for k, (op, v) in GOALS.items()}
+    _print_table(result)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

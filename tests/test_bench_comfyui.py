@@ -1,0 +1,79 @@
+"""The real-ComfyUI time-to-video benchmark: how it reads a prompt's messages (CPU), and the
+whole benchmark against a real ComfyUI (only with ``COMFYUI_DIR``, as test_comfyui_live)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from bench.bench_comfyui import timeline, workflow
+from tests.conftest import OFFICIAL_FILES
+
+CLASSES = {"1": "DittoLoadModels", "2": "LoadImage", "3": "LoadAudio", "4": "DittoTalkingHead"}
+
+
+def test_a_prompts_messages_give_its_wall_time_and_each_nodes_share():
+    events = [
+        (0.01, "execution_start", {"prompt_id": "p"}),
+        (0.02, "execution_cached", {"nodes": ["2", "1"], "prompt_id": "p"}),
+        (0.05, "executing", {"node": "3", "prompt_id": "p"}),
+        (0.08, "executed", {"node": "3", "prompt_id": "p"}),
+        (0.09, "executing", {"node": "4", "prompt_id": "p"}),
+        (1.59, "execution_success", {"prompt_id": "p"}),
+    ]
+    got = timeline(events, CLASSES)
+    assert got["wall_s"] == 1.59 and got["ended"] == "execution_success" and "error" not in got
+    assert got["before_first_node_s"] == 0.05
+    assert got["nodes_s"] == {"3:LoadAudio": 0.04, "4:DittoTalkingHead": 1.5}
+    assert got["cached"] == ["1:DittoLoadModels", "2:LoadImage"]
+
+
+def test_a_failed_prompt_is_reported_with_the_servers_message():
+    events = [(0.05, "executing", {"node": "4", "prompt_id": "p"}),
+              (0.30, "execution_error", {"prompt_id": "p", "exception_message": "no face found"})]
+    got = timeline(events, CLASSES)
+    assert got["error"] == "no face found" and got["nodes_s"] == {"4:DittoTalkingHead": 0.25}
+
+
+def test_the_queued_workflow_is_the_all_in_one_example_with_the_benchmarks_settings():
+    prompt = workflow("speech_b.wav", "cuda", "ultrafast", 20, 10)
+    by_class = {node["class_type"]: node["inputs"] for node in prompt.values()}
+    assert set(by_class) == set(CLASSES.values())
+    assert by_class["LoadAudio"]["audio"] == "speech_b.wav"
+    assert by_class["DittoLoadModels"]["device"] == "auto"
+    head = by_class["DittoTalkingHead"]
+    assert (head["detect_face"], head["preset"], head["crf"], head["steps"]) == (False, "ultrafast", 20, 10)
+    assert workflow("a.wav", "cpu", "medium", 18, 25)["1"]["inputs"]["device"] == "cpu"
+
+
+@pytest.mark.skipif(not os.environ.get("COMFYUI_DIR"), reason="set COMFYUI_DIR to a ComfyUI checkout")
+def test_the_benchmark_times_three_states_of_a_real_comfyui(tmp_path, reference_dir, example_dir):
+    from bench.bench_comfyui import main
+
+    models = tmp_path / "models"
+    given = os.environ.get("DITTO_TEST_CKPT_DIR")
+    args = ["--models", str(models), "--device", "cpu", "--stub-hubert", "--max-seconds", "0.2", "--repeats", "1",
+            "--idle-before-warm", "0.5", "--image", str(example_dir / "portrait.jpg"),
+            "--audio", str(example_dir / "speech_24k_mono.wav"), "--out", str(tmp_path / "out.json"),
+            "--comfyui-python", os.environ.get("COMFYUI_PYTHON", sys.executable)]
+    if given:
+        models.mkdir()
+        for name in OFFICIAL_FILES:  # the networks only: the benchmark writes its HuBERT into aux_models/
+            (models / name).symlink_to(os.path.join(given, name))
+    else:
+        args += ["--make-checkpoints", str(reference_dir / "make_checkpoints.py")]
+    main(args)
+    states = json.loads((tmp_path / "out.json").read_text())["packs"]["main"]
+    for name, state in states.items():
+        assert state["ended"] == "execution_success", (name, state)
+        assert state["mp4_frames"] == 5, name  # 0.2 s of speech at 25 frames/s
+        record = state["node_records"]["4:DittoTalkingHead"]
+        assert record["frames"] == 5 and record["seconds"] <= state["nodes_s"]["4:DittoTalkingHead"]
+        assert sum(state["nodes_s"].values()) + state["before_first_node_s"] == pytest.approx(state["wall_s"], abs=0.01)
+    for name in ("first_ever", "new_process"):
+        assert states[name]["cached"] == [] and states[name]["launch"]["ready_s"] > 0
+        assert states[name]["launch"]["pack_import_s"] is not None
+    assert states["warm_process"]["cached"] == ["1:DittoLoadModels", "2:LoadImage"]
+    assert set(states["warm_process"]["nodes_s"]) == {"3:LoadAudio", "4:DittoTalkingHead"}
