@@ -6,7 +6,10 @@
   guided pass per step);
 * graph_<precision>: the same loop recorded once into a CUDA graph and replayed, for each
   matrix-product precision (fp32 = TF32 off, tf32, bf16);
-* compiled_<precision>: each step through ``torch.compile`` (fused kernels), then recorded.
+* compiled_<precision>: each step through ``torch.compile`` (fused kernels), then recorded;
+* compiled_bf16_sdpa_<backend> (``--sdpa``): the live streams' sampler (compiled bf16) compiled
+  and recorded with PyTorch's attention restricted to one backend (the default picks cuDNN's on
+  Hopper, which clears a buffer before each of a window's 400 attention calls).
 
 Every variant's window is compared with the fp32 eager window (``rel_l2_vs_fp32``): the error
 each fast mode costs. Weights are random unless ``--model-dir`` points at the official files
@@ -18,9 +21,10 @@ writes it to a file.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ContextManager, Optional
 
 import torch
 
@@ -32,6 +36,18 @@ from ditto_core.motion.lmdm_sampler import DDIMSampler, generate_motion
 from ditto_core.precision import LMDM_PRECISIONS
 
 from .bench_common import cuda_event_times, emit, rel_l2, summary_ms
+
+SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
+                 "math": "MATH"}
+
+
+def attention_backend(name: Optional[str]) -> ContextManager:
+    """PyTorch's scaled-dot-product attention held to one backend (None: its own choice)."""
+    if name is None:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[name]))
 
 
 def naive_window(sampler: DDIMSampler, kp: torch.Tensor, aud: torch.Tensor, x: torch.Tensor, noise: torch.Tensor):
@@ -61,6 +77,8 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=394, help="sequence length for the end-to-end timing")
     parser.add_argument("--compile", nargs="*", default=list(LMDM_PRECISIONS), choices=LMDM_PRECISIONS,
                         help="precisions to also time with torch.compile'd steps (default: all)")
+    parser.add_argument("--sdpa", nargs="*", default=[], choices=sorted(SDPA_BACKENDS),
+                        help="attention backends to try for the compiled bf16 sampler, side by side")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -101,15 +119,20 @@ def main() -> None:
             variants.update(
                 {f"compiled_{p}": DDIMSampler(lmdm, steps, precision=p, compile=True) for p in args.compile}
             )
+            backends = {name: None for name in variants}
+            for backend in args.sdpa:
+                variants[f"compiled_bf16_sdpa_{backend}"] = DDIMSampler(lmdm, steps, precision="bf16", compile=True)
+                backends[f"compiled_bf16_sdpa_{backend}"] = backend
             for name, sampler in variants.items():
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                sampler.sample(*inputs)  # warm-up run (and compilation) + capture
-                end.record()
-                end.synchronize()
-                row[name] = time_ms(lambda: sampler.sample(*inputs), 2, args.reps)
-                row[name]["first_call_ms"] = start.elapsed_time(end)
-                row[name]["rel_l2_vs_fp32"] = rel_l2(sampler.sample(*inputs), ref)
+                with attention_backend(backends[name]):  # what the compile and the recording see
+                    start.record()
+                    sampler.sample(*inputs)  # warm-up run (and compilation) + capture
+                    end.record()
+                    end.synchronize()
+                    row[name] = time_ms(lambda: sampler.sample(*inputs), 2, args.reps)
+                    row[name]["first_call_ms"] = start.elapsed_time(end)
+                    row[name]["rel_l2_vs_fp32"] = rel_l2(sampler.sample(*inputs), ref)
                 row[name]["speedup_vs_naive"] = row["naive_two_pass"]["median_ms"] / row[name]["median_ms"]
             row["graph_fp32_vs_eager_max_abs"] = (variants["graph_fp32"].sample(*inputs) - ref).abs().max().item()
             report["per_window"][str(steps)] = row
