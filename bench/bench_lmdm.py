@@ -9,7 +9,10 @@
 * compiled_<precision>: each step through ``torch.compile`` (fused kernels), then recorded;
 * compiled_bf16_sdpa_<backend> (``--sdpa``): the live streams' sampler (compiled bf16) compiled
   and recorded with PyTorch's attention restricted to one backend (the default picks cuDNN's on
-  Hopper, which clears a buffer before each of a window's 400 attention calls).
+  Hopper, which clears a buffer before each of a window's 400 attention calls);
+* compiled_bf16_autotune (``--autotune``): the same compiled with Inductor's ``max_autotune``
+  (Triton matrix-product templates that can take the bias, GELU or residual after them into
+  the same kernel; the window's kernel count is most of its time).
 
 Every variant's window is compared with the fp32 eager window (``rel_l2_vs_fp32``): the error
 each fast mode costs. Weights are random unless ``--model-dir`` points at the official files
@@ -24,7 +27,7 @@ import argparse
 import contextlib
 import sys
 from pathlib import Path
-from typing import Callable, ContextManager, Optional
+from typing import Callable, ContextManager
 
 import torch
 
@@ -41,10 +44,8 @@ SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
                  "math": "MATH"}
 
 
-def attention_backend(name: Optional[str]) -> ContextManager:
-    """PyTorch's scaled-dot-product attention held to one backend (None: its own choice)."""
-    if name is None:
-        return contextlib.nullcontext()
+def attention_backend(name: str) -> ContextManager:
+    """PyTorch's scaled-dot-product attention held to one backend."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     return sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[name]))
@@ -79,12 +80,17 @@ def main() -> None:
                         help="precisions to also time with torch.compile'd steps (default: all)")
     parser.add_argument("--sdpa", nargs="*", default=[], choices=sorted(SDPA_BACKENDS),
                         help="attention backends to try for the compiled bf16 sampler, side by side")
+    parser.add_argument("--autotune", action="store_true",
+                        help="also the compiled bf16 sampler compiled with Inductor's max_autotune")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_lmdm needs a CUDA GPU")
 
     device = torch.device("cuda")
+    # Each compiled variant compiles the guided step of its own network copy: a recompile of the
+    # same code to Dynamo, which would fall back to eager past its limit (8) without a word.
+    torch._dynamo.config.cache_size_limit = 64
     torch.manual_seed(0)
     if args.model_dir:
         lmdm = load_network("lmdm", args.model_dir, device=device)
@@ -119,13 +125,19 @@ def main() -> None:
             variants.update(
                 {f"compiled_{p}": DDIMSampler(lmdm, steps, precision=p, compile=True) for p in args.compile}
             )
-            backends = {name: None for name in variants}
+            # What the compile and the recording of a variant see (and its replays, which see nothing).
+            settings: dict[str, Callable[[], ContextManager]] = {name: contextlib.nullcontext for name in variants}
             for backend in args.sdpa:
                 variants[f"compiled_bf16_sdpa_{backend}"] = DDIMSampler(lmdm, steps, precision="bf16", compile=True)
-                backends[f"compiled_bf16_sdpa_{backend}"] = backend
+                settings[f"compiled_bf16_sdpa_{backend}"] = lambda backend=backend: attention_backend(backend)
+            if args.autotune:
+                from torch._inductor import config as inductor_config
+
+                variants["compiled_bf16_autotune"] = DDIMSampler(lmdm, steps, precision="bf16", compile=True)
+                settings["compiled_bf16_autotune"] = lambda: inductor_config.patch(max_autotune=True)
             for name, sampler in variants.items():
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                with attention_backend(backends[name]):  # what the compile and the recording see
+                with settings[name]():
                     start.record()
                     sampler.sample(*inputs)  # warm-up run (and compilation) + capture
                     end.record()

@@ -3,7 +3,7 @@
 # 1. bench_lmdm at 25 steps, batch 1, before and after session 25's change (every layer's
 #    cross-attention memory concatenated in one copy a step instead of one per layer: 400 -> 50
 #    copies a window; the compiled sampler's 75 per-step copies of the time conditions -> 3; bit-identical), in turn, twice; the after tree also tries each attention
-#    backend for the compiled bf16 sampler (--sdpa).
+#    backend for the compiled bf16 sampler (--sdpa) and Inductor's max_autotune (--autotune).
 # 2. bench_live's one-stream chunk latency and first frame with the change (25 steps).
 # Before the call, here:  git diff b3d913f 2cb5e28 -- ditto_core/models/lmdm.py ditto_core/motion/lmdm_sampler.py > .carry/lmdm_cat.patch
 set -u
@@ -13,9 +13,11 @@ rm -rf /tmp/old && mkdir /tmp/old && tar --exclude=./.whl --exclude=./.carry -cf
 patch -s -R -p1 -d /tmp/old < .carry/lmdm_cat.patch || exit 1
 echo "preamble s $((SECONDS-T0))"; SECONDS=0
 export TORCHINDUCTOR_CACHE_DIR=/tmp/ind_lmdm
+EXTRA="--sdpa flash efficient cudnn --autotune"  # the first round only: the second compares the two trees alone
 for round in 1 2; do
-  timeout 150 python3 -m bench.bench_lmdm --steps 25 --compile bf16 --sdpa flash efficient cudnn --out $OUT/lmdm_after_$round.json > /dev/null 2>$OUT/lmdm_after_$round.err; echo "after $round rc $?"
+  timeout 240 python3 -m bench.bench_lmdm --steps 25 --compile bf16 $EXTRA --out $OUT/lmdm_after_$round.json > /dev/null 2>$OUT/lmdm_after_$round.err; echo "after $round rc $?"
   (cd /tmp/old && timeout 120 python3 -m bench.bench_lmdm --steps 25 --compile bf16 --out $OUT/lmdm_before_$round.json > /dev/null 2>$OUT/lmdm_before_$round.err); echo "before $round rc $?"
+  EXTRA=""
 done
 python3 - <<'PY'
 import json, os
