@@ -46,10 +46,11 @@ def test_the_queued_workflow_is_the_all_in_one_example_with_the_benchmarks_setti
     head = by_class["DittoTalkingHead"]
     assert (head["detect_face"], head["preset"], head["crf"], head["steps"]) == (False, "ultrafast", 20, 10)
     assert workflow("a.wav", "cpu", "medium", 18, 25)["1"]["inputs"]["device"] == "cpu"
+    assert workflow("a.wav", "cpu", "medium", 18, 25, seed=7)["4"]["inputs"]["seed"] == 7
 
 
 @pytest.mark.skipif(not os.environ.get("COMFYUI_DIR"), reason="set COMFYUI_DIR to a ComfyUI checkout")
-def test_the_benchmark_times_three_states_of_a_real_comfyui(tmp_path, reference_dir, example_dir):
+def test_the_benchmark_times_each_state_of_a_real_comfyui(tmp_path, reference_dir, example_dir):
     from bench.bench_comfyui import main
 
     models = tmp_path / "models"
@@ -77,3 +78,5 @@ def test_the_benchmark_times_three_states_of_a_real_comfyui(tmp_path, reference_
         assert states[name]["launch"]["pack_import_s"] is not None
     assert states["warm_process"]["cached"] == ["1:DittoLoadModels", "2:LoadImage"]
     assert set(states["warm_process"]["nodes_s"]) == {"3:LoadAudio", "4:DittoTalkingHead"}
+    assert states["warm_queued"]["cached"] == ["1:DittoLoadModels", "2:LoadImage", "3:LoadAudio"]
+    assert set(states["warm_queued"]["nodes_s"]) == {"4:DittoTalkingHead"}
