@@ -13,7 +13,9 @@
 set -u
 START=$(date +%s); T0=$SECONDS
 NEED_HUBERT=1 . bench/measurements/2026-12-04-h200-s19/preamble.sh
-python3 -c "import torchsde" || exit 1
+# The preamble installs the wheels on a fresh machine only: a warm one from an earlier call lacks these two.
+python3 -c "import torchsde" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+  --target /tmp/site .whl/torchsde-*.whl .whl/trampoline-*.whl || exit 1
 mkdir -p /tmp/comfyui && tar xzf .carry/comfyui_src.tgz -C /tmp/comfyui
 rm -rf /tmp/pre && mkdir /tmp/pre && tar --exclude=./.whl --exclude=./.carry -cf - . | tar -xf - -C /tmp/pre
 patch -s -p1 -d /tmp/pre < .carry/pre.patch || exit 1
