@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from .bench_time_to_video import REPO, cache_env, ensure_models, speech_variants
+from .bench_time_to_video import REPO, add_input_arguments, cache_env, ensure_models, speech_variants
 
 GOALS = {"own_process.median_s": 5.0, "worker.median_s": 5.0}
 
@@ -71,12 +71,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     from .scene import PORTRAIT_CANDIDATES, SPEECH_CANDIDATES
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", type=Path, required=True, help="official-layout checkpoint folder")
-    parser.add_argument("--make-checkpoints", type=Path, default=None, help="make_checkpoints.py, to fill --models")
-    parser.add_argument("--hubert", type=Path, default=None, help="HuBERT-large ONNX (bench/make_hubert_large.py)")
-    parser.add_argument("--stub-hubert", action="store_true", help="the stand-in HuBERT instead (smoke runs)")
-    parser.add_argument("--image", type=Path, default=next((p for p in PORTRAIT_CANDIDATES if p.is_file()), None))
-    parser.add_argument("--audio", type=Path, default=next((p for p in SPEECH_CANDIDATES if p.is_file()), None))
+    add_input_arguments(parser, PORTRAIT_CANDIDATES, SPEECH_CANDIDATES)
     parser.add_argument("--seconds", type=float, default=None, help="speech per clip (default: all of --audio)")
     parser.add_argument("--precision", default="fp16", choices=("fp32", "fp16", "bf16"))
     parser.add_argument("--preset", default="ultrafast")

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from .bench_time_to_video import REPO, cache_env, ensure_models, speech_variants
+from .bench_time_to_video import REPO, add_input_arguments, cache_env, ensure_models, speech_variants
 
 GOALS = {"warm_process.wall_s": ("<=", 1.5), "warm_queued.wall_s": ("<=", 1.5), "new_process.wall_s": ("<=", 5.0),
          "first_ever.wall_s": ("<=", 30.0)}
@@ -338,12 +338,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                         help="the Python of ComfyUI's environment (default: $COMFYUI_PYTHON, else this one)")
     parser.add_argument("--pack", type=_pack, action="append", default=None,
                         help="NAME=FOLDER: a checkout of the pack to measure (repeatable; default: this one as 'main')")
-    parser.add_argument("--models", type=Path, required=True, help="official-layout checkpoint folder")
-    parser.add_argument("--make-checkpoints", type=Path, default=None, help="make_checkpoints.py, to fill --models")
-    parser.add_argument("--hubert", type=Path, default=None, help="HuBERT-large ONNX (bench/make_hubert_large.py)")
-    parser.add_argument("--stub-hubert", action="store_true", help="the stand-in HuBERT instead (smoke runs)")
-    parser.add_argument("--image", type=Path, default=next((p for p in PORTRAIT_CANDIDATES if p.is_file()), None))
-    parser.add_argument("--audio", type=Path, default=next((p for p in SPEECH_CANDIDATES if p.is_file()), None))
+    add_input_arguments(parser, PORTRAIT_CANDIDATES, SPEECH_CANDIDATES)
     parser.add_argument("--max-seconds", type=float, default=None, help="trim the speech (CPU smoke runs)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--preset", default="ultrafast")

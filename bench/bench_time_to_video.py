@@ -324,12 +324,10 @@ def ensure_models(args: argparse.Namespace) -> None:
         target.symlink_to(Path(args.hubert).resolve())
 
 
-def main(argv: Optional[list[str]] = None) -> None:
-    if "--child" in (sys.argv[1:] if argv is None else argv):
-        portraits = speeches = ()  # the child is told its inputs; it must not import torch before timing it
-    else:
-        from .scene import PORTRAIT_CANDIDATES as portraits, SPEECH_CANDIDATES as speeches
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_input_arguments(parser: argparse.ArgumentParser, portraits, speeches) -> None:
+    """What the time-to-video benchmarks render (``ensure_models`` reads the first four):
+    the models folder, the HuBERT, the portrait and the speech (default: the first of the
+    candidate files found)."""
     parser.add_argument("--models", type=Path, required=True, help="official-layout checkpoint folder")
     parser.add_argument("--make-checkpoints", type=Path, default=None,
                         help="the parity kit's make_checkpoints.py, to fill --models when it is empty")
@@ -337,6 +335,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--stub-hubert", action="store_true", help="the stand-in HuBERT instead (not what users run)")
     parser.add_argument("--image", type=Path, default=next((p for p in portraits if p.is_file()), None))
     parser.add_argument("--audio", type=Path, default=next((p for p in speeches if p.is_file()), None))
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    if "--child" in (sys.argv[1:] if argv is None else argv):
+        portraits = speeches = ()  # the child is told its inputs; it must not import torch before timing it
+    else:
+        from .scene import PORTRAIT_CANDIDATES as portraits, SPEECH_CANDIDATES as speeches
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_input_arguments(parser, portraits, speeches)
     parser.add_argument("--clips", nargs="+", default=["example", "60s"], help="example and/or <N>s")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--precision", default=None, choices=("fp32", "fp16", "bf16"),
