@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from ditto_core.signals import exit_status, terminate_as_interrupt
+
 from .bench_time_to_video import REPO, add_input_arguments, cache_env, ensure_models, speech_variants
 
 GOALS = {"warm_process.wall_s": ("<=", 1.5), "warm_queued.wall_s": ("<=", 1.5), "new_process.wall_s": ("<=", 5.0),
@@ -194,7 +196,12 @@ def run_prompt(server: Server, prompt: dict, timeout: float) -> dict[str, Any]:
     """One prompt, timed; the MP4 it names is checked to be there, whole."""
     from .bench_common import count_frames
 
-    got = asyncio.run(_queue_and_wait(server.url, prompt, timeout))
+    import aiohttp
+
+    try:
+        got = asyncio.run(_queue_and_wait(server.url, prompt, timeout))
+    except (aiohttp.ClientError, asyncio.TimeoutError) as error:  # the next launch may still run
+        return {"error": f"{type(error).__name__}: {error}"}
     if "error" in got:
         return got
     classes = {k: v["class_type"] for k, v in prompt.items()}
@@ -360,7 +367,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     ensure_models(args)
     packs = dict(args.pack or [("main", REPO)])
     result: dict[str, Any] = {"config": {k: str(v) for k, v in vars(args).items()}, "packs": {}}
-    with tempfile.TemporaryDirectory(prefix="bench_comfyui_") as tmp:
+    # A time limit's SIGTERM unwinds like Ctrl-C: each server is stopped, the folder removed.
+    with terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="bench_comfyui_") as tmp:
         work = Path(tmp)
         seconds = args.max_seconds
         if seconds is None:
@@ -394,4 +402,8 @@ def main(argv: Optional[list[str]] = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt as stop:  # Ctrl-C or a time limit's SIGTERM, after the servers were stopped
+        print(f"stopped: {stop or 'interrupted'}; what was measured is in --out", file=sys.stderr)
+        sys.exit(exit_status(stop))

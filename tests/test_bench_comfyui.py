@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
-from bench.bench_comfyui import timeline, workflow
+from bench.bench_comfyui import Server, run_prompt, timeline, workflow
 from tests.conftest import OFFICIAL_FILES
 
 CLASSES = {"1": "DittoLoadModels", "2": "LoadImage", "3": "LoadAudio", "4": "DittoTalkingHead"}
@@ -47,6 +49,67 @@ def test_the_queued_workflow_is_the_all_in_one_example_with_the_benchmarks_setti
     assert (head["detect_face"], head["preset"], head["crf"], head["steps"]) == (False, "ultrafast", 20, 10)
     assert workflow("a.wav", "cpu", "medium", 18, 25)["1"]["inputs"]["device"] == "cpu"
     assert workflow("a.wav", "cpu", "medium", 18, 25, seed=7)["4"]["inputs"]["seed"] == 7
+
+
+# A stand-in for ComfyUI's main.py: answers every GET with JSON on the port it is given, after
+# logging the pack's import time the way ComfyUI does.
+FAKE_MAIN = textwrap.dedent("""
+    import argparse, http.server, json
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int)
+    args, _ = parser.parse_known_args()
+    print("   0.3 seconds: /base/custom_nodes/ComfyUI-Ditto", flush=True)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"DittoTalkingHead": {}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    http.server.HTTPServer(("127.0.0.1", args.port), Handler).serve_forever()
+""")
+
+
+def _server(tmp_path: Path, main_py: str) -> Server:
+    (tmp_path / "comfyui").mkdir()
+    (tmp_path / "comfyui" / "main.py").write_text(main_py)
+    (tmp_path / "base").mkdir()
+    return Server(tmp_path / "base", tmp_path / "caches", tmp_path / "comfyui.log", "cpu", tmp_path / "comfyui",
+                  sys.executable)
+
+
+def test_a_server_counts_as_ready_when_it_answers_and_is_gone_after_stop(tmp_path):
+    server = _server(tmp_path, FAKE_MAIN)
+    try:
+        server.start(timeout=60)
+        assert server.ready_s is not None and 0 < server.ready_s < 60
+        assert server.pack_import_s() == 0.3
+    finally:
+        server.stop()
+    assert server.process.poll() is not None, "the server outlived stop()"
+
+
+def test_a_prompt_the_server_cannot_take_is_an_error_in_the_results_not_a_crash(tmp_path):
+    """The stand-in has no WebSocket: the prompt is recorded as failed and the run goes on."""
+    server = _server(tmp_path, FAKE_MAIN)
+    try:
+        server.start(timeout=60)
+        got = run_prompt(server, workflow("a.wav", "cpu", "ultrafast", 18, 25), timeout=30)
+    finally:
+        server.stop()
+    assert set(got) == {"error"} and "WSServerHandshakeError" in got["error"]
+
+
+def test_a_server_that_exits_during_start_up_is_reported_with_its_log(tmp_path):
+    server = _server(tmp_path, "import sys\nprint('no module named torchsde')\nsys.exit(3)\n")
+    with pytest.raises(RuntimeError, match=r"exited during start-up \(code 3\); see .*comfyui.log"):
+        server.start(timeout=60)
+    assert "no module named torchsde" in (tmp_path / "comfyui.log").read_text()
 
 
 @pytest.mark.skipif(not os.environ.get("COMFYUI_DIR"), reason="set COMFYUI_DIR to a ComfyUI checkout")
