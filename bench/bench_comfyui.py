@@ -5,7 +5,8 @@ emulation: the same nodes' work, without ComfyUI's executor, its caching of node
 conversions at the node edges and its housekeeping between prompts (a full garbage collection
 and ``torch.cuda.empty_cache()`` after a prompt when the last one is over 10 s old). This script
 starts ComfyUI itself (``main.py`` of ``--comfyui``, headless, on 127.0.0.1) with the pack in
-its ``custom_nodes`` and queues the all-in-one example workflow as a client would:
+its ``custom_nodes`` and queues the all-in-one example workflow (``--workflow stages``: the one
+with a node per stage) as a client would:
 
 * ``first_ever``: a new server with empty Inductor, Triton and pack caches, its first prompt;
 * ``new_process``: a relaunched server with the caches the first one left, its first prompt
@@ -14,8 +15,8 @@ its ``custom_nodes`` and queues the all-in-one example workflow as a client woul
   (Load Image and Load Ditto Models come from ComfyUI's cache), queued ``--idle-before-warm``
   seconds after the first one finished, as a user presses Queue again (ComfyUI's housekeeping
   after the first prompt is over by then);
-* ``warm_queued``: a third, the second's speech with another seed (so only the all-in-one node
-  runs again), queued the moment the second finished, as a client with a queue of jobs does.
+* ``warm_queued``: a third, the second's speech with another seed (so only the nodes from the
+  motion on run again), queued the moment the second finished, as a client with a queue of jobs does.
 
 Wall time runs from the ``POST /prompt`` to the ``execution_success`` message on the prompt's
 WebSocket (the MP4 is in place by then: it is checked), and is split by those messages into the
@@ -50,7 +51,10 @@ from .bench_time_to_video import REPO, add_input_arguments, cache_env, ensure_mo
 
 GOALS = {"warm_process.wall_s": ("<=", 1.5), "warm_queued.wall_s": ("<=", 1.5), "new_process.wall_s": ("<=", 5.0),
          "first_ever.wall_s": ("<=", 30.0)}
-WORKFLOW = REPO / "example_workflows" / "api" / "ditto_all_in_one.json"
+WORKFLOWS = {"all_in_one": REPO / "example_workflows" / "api" / "ditto_all_in_one.json",
+             "stages": REPO / "example_workflows" / "api" / "ditto_portrait_to_mp4.json"}
+"""What ``--workflow`` queues: the all-in-one node, or the stage nodes (each stage's share then
+shows as its node's)."""
 PORTRAIT_NAME = "ditto_portrait.jpg"
 
 
@@ -217,9 +221,12 @@ def run_prompt(server: Server, prompt: dict, timeout: float) -> dict[str, Any]:
     return result
 
 
-def workflow(speech: str, device: str, preset: str, crf: int, steps: int, seed: int = 0) -> dict:
-    """The all-in-one example as a client queues it; no face detection (random weights detect none)."""
-    prompt = json.loads(WORKFLOW.read_text())
+def workflow(name: str, speech: str, device: str, preset: str, crf: int, steps: int, seed: int = 0) -> dict:
+    """An example workflow as a client queues it, with the benchmark's settings wherever a node
+    has that input; no face detection (random weights detect none)."""
+    prompt = json.loads(WORKFLOWS[name].read_text())
+    settings = {"detect_face": False, "preset": preset, "crf": crf, "steps": steps, "seed": seed,
+                "filename_prefix": "bench/ttv"}
     for node in prompt.values():
         inputs = node["inputs"]
         if node["class_type"] == "DittoLoadModels":
@@ -228,8 +235,7 @@ def workflow(speech: str, device: str, preset: str, crf: int, steps: int, seed: 
             inputs["image"] = PORTRAIT_NAME
         elif node["class_type"] == "LoadAudio":
             inputs["audio"] = speech
-        elif node["class_type"] == "DittoTalkingHead":
-            inputs.update(detect_face=False, preset=preset, crf=crf, steps=steps, seed=seed, filename_prefix="bench/ttv")
+        inputs.update({key: value for key, value in settings.items() if key in inputs})
     return prompt
 
 
@@ -346,6 +352,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--pack", type=_pack, action="append", default=None,
                         help="NAME=FOLDER: a checkout of the pack to measure (repeatable; default: this one as 'main')")
     add_input_arguments(parser, PORTRAIT_CANDIDATES, SPEECH_CANDIDATES)
+    parser.add_argument("--workflow", choices=sorted(WORKFLOWS), default="all_in_one",
+                        help="all_in_one (Ditto Talking Head) or stages (one node a stage: each stage's share shows)")
     parser.add_argument("--max-seconds", type=float, default=None, help="trim the speech (CPU smoke runs)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--preset", default="ultrafast")
@@ -377,9 +385,10 @@ def main(argv: Optional[list[str]] = None) -> None:
             with av.open(str(args.audio)) as container:
                 seconds = float(container.duration / 1e6)
         speeches = speech_variants(args.audio, seconds, work)
-        prompts = [workflow(speeches[0].name, args.device, args.preset, args.crf, args.steps),
-                   workflow(speeches[1].name, args.device, args.preset, args.crf, args.steps),
-                   workflow(speeches[1].name, args.device, args.preset, args.crf, args.steps, seed=1)]
+        def prompt(speech: Path, seed: int = 0) -> dict:
+            return workflow(args.workflow, speech.name, args.device, args.preset, args.crf, args.steps, seed)
+
+        prompts = [prompt(speeches[0]), prompt(speeches[1]), prompt(speeches[1], seed=1)]
         bases = {name: work / f"base_{name}" for name in packs}
         firsts, later = {}, {name: [] for name in packs}
         for name, folder in packs.items():

@@ -40,15 +40,28 @@ def test_a_failed_prompt_is_reported_with_the_servers_message():
 
 
 def test_the_queued_workflow_is_the_all_in_one_example_with_the_benchmarks_settings():
-    prompt = workflow("speech_b.wav", "cuda", "ultrafast", 20, 10)
+    prompt = workflow("all_in_one", "speech_b.wav", "cuda", "ultrafast", 20, 10)
     by_class = {node["class_type"]: node["inputs"] for node in prompt.values()}
     assert set(by_class) == set(CLASSES.values())
     assert by_class["LoadAudio"]["audio"] == "speech_b.wav"
     assert by_class["DittoLoadModels"]["device"] == "auto"
     head = by_class["DittoTalkingHead"]
     assert (head["detect_face"], head["preset"], head["crf"], head["steps"]) == (False, "ultrafast", 20, 10)
-    assert workflow("a.wav", "cpu", "medium", 18, 25)["1"]["inputs"]["device"] == "cpu"
-    assert workflow("a.wav", "cpu", "medium", 18, 25, seed=7)["4"]["inputs"]["seed"] == 7
+    assert workflow("all_in_one", "a.wav", "cpu", "medium", 18, 25)["1"]["inputs"]["device"] == "cpu"
+    assert workflow("all_in_one", "a.wav", "cpu", "medium", 18, 25, seed=7)["4"]["inputs"]["seed"] == 7
+
+
+def test_the_stage_workflow_gets_each_setting_in_the_node_that_takes_it():
+    prompt = workflow("stages", "speech_b.wav", "cuda", "ultrafast", 20, 10, seed=3)
+    by_class = {node["class_type"]: node["inputs"] for node in prompt.values()}
+    assert by_class["DittoRegisterAvatar"]["detect_face"] is False
+    assert (by_class["DittoLMDMSampler"]["steps"], by_class["DittoLMDMSampler"]["seed"]) == (10, 3)
+    assert (by_class["DittoSaveVideo"]["preset"], by_class["DittoSaveVideo"]["crf"]) == ("ultrafast", 20)
+    assert by_class["LoadAudio"]["audio"] == "speech_b.wav"
+    # Another seed changes the sampler's input and nothing else: ComfyUI reruns from the motion on.
+    other = workflow("stages", "speech_b.wav", "cuda", "ultrafast", 20, 10, seed=4)
+    changed = [k for k in prompt if prompt[k] != other[k]]
+    assert [prompt[k]["class_type"] for k in changed] == ["DittoLMDMSampler"]
 
 
 # A stand-in for ComfyUI's main.py: answers every GET with JSON on the port it is given, after
@@ -99,7 +112,7 @@ def test_a_prompt_the_server_cannot_take_is_an_error_in_the_results_not_a_crash(
     server = _server(tmp_path, FAKE_MAIN)
     try:
         server.start(timeout=60)
-        got = run_prompt(server, workflow("a.wav", "cpu", "ultrafast", 18, 25), timeout=30)
+        got = run_prompt(server, workflow("all_in_one", "a.wav", "cpu", "ultrafast", 18, 25), timeout=30)
     finally:
         server.stop()
     assert set(got) == {"error"} and "WSServerHandshakeError" in got["error"]
