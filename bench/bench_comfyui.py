@@ -101,7 +101,10 @@ class Server:
         while time.time() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"ComfyUI exited during start-up (code {self.process.returncode}); see {self.log_path}")
-            if _get(f"{self.url}/object_info/DittoTalkingHead") is not None:
+            info = _get(f"{self.url}/object_info/DittoTalkingHead")
+            if info is not None:  # ComfyUI listens once every custom node package is imported (or failed to)
+                if "DittoTalkingHead" not in info:
+                    raise RuntimeError(f"ComfyUI started without the pack's nodes (its import failed); see {self.log_path}")
                 self.ready_s = time.time() - self.spawned
                 return
             time.sleep(0.1)

@@ -118,6 +118,16 @@ def test_a_prompt_the_server_cannot_take_is_an_error_in_the_results_not_a_crash(
     assert set(got) == {"error"} and "WSServerHandshakeError" in got["error"]
 
 
+def test_a_server_that_answers_without_the_packs_nodes_is_reported(tmp_path):
+    """ComfyUI goes on when a custom node package fails to import: its object_info lacks the node."""
+    server = _server(tmp_path, FAKE_MAIN.replace('{"DittoTalkingHead": {}}', '{}'))
+    try:
+        with pytest.raises(RuntimeError, match=r"without the pack's nodes .*comfyui.log"):
+            server.start(timeout=60)
+    finally:
+        server.stop()
+
+
 def test_a_server_that_exits_during_start_up_is_reported_with_its_log(tmp_path):
     server = _server(tmp_path, "import sys\nprint('no module named torchsde')\nsys.exit(3)\n")
     with pytest.raises(RuntimeError, match=r"exited during start-up \(code 3\); see .*comfyui.log"):
@@ -147,7 +157,10 @@ def test_the_benchmark_times_each_state_of_a_real_comfyui(tmp_path, reference_di
         assert state["ended"] == "execution_success", (name, state)
         assert state["mp4_frames"] == 5, name  # 0.2 s of speech at 25 frames/s
         record = state["node_records"]["4:DittoTalkingHead"]
-        assert record["frames"] == 5 and record["seconds"] <= state["nodes_s"]["4:DittoTalkingHead"]
+        # The node's own timer runs inside the span its messages bound; each message reaches the
+        # client a few milliseconds late, not always equally late.
+        assert record["frames"] == 5, (name, record)
+        assert record["seconds"] <= state["nodes_s"]["4:DittoTalkingHead"] + 0.05, (name, record, state["nodes_s"])
         assert sum(state["nodes_s"].values()) + state["before_first_node_s"] == pytest.approx(state["wall_s"], abs=0.01)
     for name in ("first_ever", "new_process"):
         assert states[name]["cached"] == [] and states[name]["launch"]["ready_s"] > 0
