@@ -5,6 +5,7 @@
 #    copies a window; the compiled sampler's 75 per-step copies of the time conditions -> 3; bit-identical), in turn, twice; the after tree also tries each attention
 #    backend for the compiled bf16 sampler (--sdpa) and Inductor's max_autotune (--autotune).
 # 2. bench_live's one-stream chunk latency and first frame with the change (25 steps).
+# Before them, the LMDM GPU tests.
 # Before the call, here:  git diff b3d913f 2cb5e28 -- ditto_core/models/lmdm.py ditto_core/motion/lmdm_sampler.py > .carry/lmdm_cat.patch
 set -u
 START=$(date +%s); T0=$SECONDS
@@ -12,6 +13,8 @@ NEED_HUBERT=1 . bench/measurements/2026-12-04-h200-s19/preamble.sh
 rm -rf /tmp/old && mkdir /tmp/old && tar --exclude=./.whl --exclude=./.carry -cf - . | tar -xf - -C /tmp/old
 patch -s -R -p1 -d /tmp/old < .carry/lmdm_cat.patch || exit 1
 echo "preamble s $((SECONDS-T0))"; SECONDS=0
+# The change on a GPU first: the sampler's GPU tests (graphs, compiled steps against eager).
+timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_lmdm_sampler.py tests/test_lmdm.py > $OUT/gpu_tests.log 2>&1; echo "gpu tests rc $?"; tail -2 $OUT/gpu_tests.log
 export TORCHINDUCTOR_CACHE_DIR=/tmp/ind_lmdm
 EXTRA="--sdpa flash efficient cudnn --autotune"  # the first round only: the second compares the two trees alone
 for round in 1 2; do
