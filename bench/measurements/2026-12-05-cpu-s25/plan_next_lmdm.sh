@@ -18,8 +18,8 @@ timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_lmdm_samp
 export TORCHINDUCTOR_CACHE_DIR=/tmp/ind_lmdm
 EXTRA="--sdpa flash efficient cudnn --autotune"  # the first round only: the second compares the two trees alone
 for round in 1 2; do
-  timeout 240 python3 -m bench.bench_lmdm --steps 25 --compile bf16 $EXTRA --out $OUT/lmdm_after_$round.json > /dev/null 2>$OUT/lmdm_after_$round.err; echo "after $round rc $?"
-  (cd /tmp/old && timeout 120 python3 -m bench.bench_lmdm --steps 25 --compile bf16 --out $OUT/lmdm_before_$round.json > /dev/null 2>$OUT/lmdm_before_$round.err); echo "before $round rc $?"
+  timeout 240 python3 -m bench.bench_lmdm --steps 25 --compile bf16 $EXTRA --out $OUT/lmdm_after_$round.json > /dev/null 2>>$OUT/lmdm.err; echo "after $round rc $?"
+  (cd /tmp/old && timeout 120 python3 -m bench.bench_lmdm --steps 25 --compile bf16 --out $OUT/lmdm_before_$round.json > /dev/null 2>>$OUT/lmdm.err); echo "before $round rc $?"
   EXTRA=""
 done
 python3 - <<'PY'
