@@ -284,8 +284,11 @@ def wait_for_builders(cache_root: Path, timeout: float) -> float:
     user relaunching minutes later would."""
     from ditto_core.render.aot_build import builds_under_way
 
+    # The pack's own cache only (its AOT packages live there): Inductor's and Triton's caches,
+    # thousands of files after a compile, sit beside it under cache_root and hold no attempt.
+    pack_cache = Path(cache_env(cache_root)["XDG_CACHE_HOME"])
     start = time.time()
-    while builds_under_way(cache_root) and time.time() - start < timeout:
+    while builds_under_way(pack_cache) and time.time() - start < timeout:
         time.sleep(0.5)
     return time.time() - start
 
