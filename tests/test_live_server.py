@@ -194,6 +194,49 @@ def test_h264_clients_that_leave_mid_stream_do_not_stop_the_runtime(pipeline):
     assert error is None
 
 
+def _nal_types(unit: bytes) -> set[int]:
+    """The NAL unit types of an Annex-B access unit (5: an IDR slice, 1: a slice that needs earlier frames)."""
+    types, i = set(), 0
+    while (i := unit.find(b"\x00\x00\x01", i)) >= 0:
+        i += 3
+        if i < len(unit):
+            types.add(unit[i] & 0x1F)
+    return types
+
+
+@pytest.mark.reliability(area="Live streams", case="barge-in (clear) on an H.264 stream",
+                         behaviour="the frames after the dropped ones start with a keyframe: the client's decoder "
+                                   "never gets a frame whose references it was not sent")
+def test_h264_frames_after_a_clear_start_with_a_keyframe(pipeline):
+    import av
+
+    avatars = _avatars(pipeline)
+
+    async def run():
+        async with serving(avatars) as (session, url):
+            ws = await _open(session, url, output="h264", max_size=101)
+            await ws.receive(timeout=30)
+            await ws.send_bytes(_pcm(2.0))
+            first = await ws.receive(timeout=30)  # frames are coming: those queued behind it are dropped
+            await ws.send_str(json.dumps({"type": "clear"}))
+            await ws.send_bytes(_pcm(1.0, seed=1))
+            await ws.send_str(json.dumps({"type": "end"}))
+            texts, frames = await _until_closed(ws)
+            return [unpack_frame(first.data)] + frames, texts
+
+    frames, texts = asyncio.run(run())
+    avatars.shutdown()
+    assert {"type": "cleared"} in texts and texts[-1]["type"] == "end"
+    indices = [f[0] for f in frames]
+    gaps = [k for k in range(1, len(frames)) if indices[k] != indices[k - 1] + 1]
+    assert gaps, f"no frame was dropped by the clear (indices {indices}): the test proves nothing"
+    for k in [0, *gaps]:  # where the decoder missed frames, the next one must stand alone
+        assert 5 in _nal_types(frames[k][2]), f"frame {indices[k]} after a gap is not an IDR: {_nal_types(frames[k][2])}"
+    decoder = av.CodecContext.create("h264", "r")
+    pictures = [p for f in frames for p in decoder.decode(av.Packet(f[2]))] + list(decoder.decode(None))
+    assert len(pictures) == len(frames)
+
+
 @pytest.mark.reliability(area="Live streams", case="clear sent right after end",
                          behaviour="the stream still ends with its end message (never left waiting)")
 @pytest.mark.parametrize("delay", [0.0, 0.05, 0.2])

@@ -45,7 +45,13 @@ def encode_jpeg(frame: LiveFrame, image: Tensor, quality: int) -> LiveFrame:
 
 class H264Encoder:
     """x264 for one stream (ultrafast, zero latency: one access unit out per frame in, no B-frames),
-    on a thread of its own so that frames stay in order."""
+    on a thread of its own so that frames stay in order.
+
+    Frames are submitted with their stream's epoch (:attr:`RenderJob.epoch`, raised by each
+    ``clear()``): the first frame of a new epoch is encoded as an IDR picture, because frames of the
+    epoch before may be dropped after encoding and the client's decoder must not get a frame that
+    refers to pictures it was never sent.
+    """
 
     def __init__(self, height: int, width: int) -> None:
         import av
@@ -54,21 +60,26 @@ class H264Encoder:
         self._codec = av.CodecContext.create("libx264", "w")
         self._codec.width, self._codec.height, self._codec.pix_fmt = width, height, "yuv420p"
         self._codec.time_base = Fraction(1, FPS)
-        self._codec.options = {"preset": "ultrafast", "tune": "zerolatency", "g": str(2 * FPS)}
+        # forced-idr: a picture marked I restarts the stream (IDR) rather than being a plain I picture.
+        self._codec.options = {"preset": "ultrafast", "tune": "zerolatency", "g": str(2 * FPS), "forced-idr": "1"}
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="ditto-live-h264")
         self._lock = threading.Lock()  # the render thread submits while the server's loop may close
         self._closed = False
+        self._epoch: Optional[int] = None
 
-    def submit(self, frame: LiveFrame, image: Tensor):
+    def submit(self, frame: LiveFrame, image: Tensor, epoch: int):
         """The future of ``frame`` encoded; None once the encoder is closed (its stream is gone)."""
         with self._lock:
             if self._closed:
                 return None
-            return self._thread.submit(self._encode, frame, image)
+            keyframe, self._epoch = epoch != self._epoch, epoch
+            return self._thread.submit(self._encode, frame, image, keyframe)
 
-    def _encode(self, frame: LiveFrame, image: Tensor) -> LiveFrame:
+    def _encode(self, frame: LiveFrame, image: Tensor, keyframe: bool) -> LiveFrame:
         picture = self._av.VideoFrame.from_ndarray(image.numpy(), format="rgb24").reformat(format="yuv420p")
         picture.pts = frame.index
+        if keyframe:
+            picture.pict_type = self._av.video.frame.PictureType.I
         frame.packet = b"".join(bytes(packet) for packet in self._codec.encode(picture))
         return frame
 

@@ -784,7 +784,7 @@ class LiveRuntime:
                 state.video_encoder = H264Encoder(*image.shape[:2])
                 if state.closed:  # closed while it was made: close_state did not see it
                     state.video_encoder.close()
-            future = state.video_encoder.submit(frame, image)
+            future = state.video_encoder.submit(frame, image, job.epoch)
             if future is None:  # the stream closed meanwhile
                 return
         else:
