@@ -168,6 +168,31 @@ def test_h264_output_is_one_access_unit_per_frame(pipeline):
     assert len(pictures) == len(frames) and (pictures[0].width, pictures[0].height) == (100, 80)
 
 
+def test_fmp4_output_is_a_fragment_per_frame_that_plays_as_one_stream(pipeline):
+    import io
+
+    import av
+
+    avatars = _avatars(pipeline)
+
+    async def run():
+        async with serving(avatars) as (session, url):
+            ws = await _open(session, url, output="fmp4", max_size=101)
+            ready = json.loads((await ws.receive(timeout=30)).data)
+            await ws.send_bytes(_pcm(0.5))
+            await ws.send_str(json.dumps({"type": "end"}))
+            return ready, await _until_closed(ws)
+
+    ready, (texts, frames) = asyncio.run(run())
+    avatars.shutdown()
+    assert ready["output"] == "fmp4" and texts[-1]["type"] == "end"
+    assert frames[0][2][4:8] == b"ftyp" and all(f[2][4:8] == b"moof" for f in frames[1:])
+    with av.open(io.BytesIO(b"".join(f[2] for f in frames)), format="mp4") as container:
+        pictures = list(container.decode(video=0))
+    assert len(pictures) == len(frames) and (pictures[0].width, pictures[0].height) == (100, 80)
+    assert [float(p.pts * p.time_base) for p in pictures] == pytest.approx([f[1] for f in frames])
+
+
 @pytest.mark.reliability(area="Live streams", case="h264 clients that disconnect while their frames are encoded",
                          behaviour="only their streams end; the runtime keeps serving the next client")
 def test_h264_clients_that_leave_mid_stream_do_not_stop_the_runtime(pipeline):

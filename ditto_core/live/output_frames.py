@@ -3,7 +3,7 @@
 The render thread scales each stream's frames on the device (:func:`scaled`), brings a round's
 frames to the host in one transfer per frame size (:func:`to_host`) and hands each frame to an
 encoder: JPEG on a shared pool (:func:`encode_jpeg`), H.264 on one thread per stream
-(:class:`H264Encoder`, frames in order).
+(:class:`H264Encoder`, frames in order; Annex-B access units or fragmented MP4).
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from torch import Tensor
 
 from ..audio.audio_features import FPS
 from ..errors import DittoError
+from ..video.fmp4 import FragmentedMP4
 
 
 @dataclass
@@ -29,7 +30,9 @@ class LiveFrame:
     pts: float  # presentation time in seconds (index / 25)
     audio: Tensor  # (640,) int16: the 16 kHz speech of this frame's 40 ms
     image: Optional[Tensor] = None  # (H, W, 3) uint8 RGB on the host, output "rgb"
-    packet: Optional[bytes] = None  # encoded frame: a JPEG, or an H.264 Annex-B access unit (pts = index)
+    # encoded frame: a JPEG, an H.264 Annex-B access unit (pts = index), or the frame's fragment of a
+    # fragmented MP4 (the first frame's bytes start with the init segment)
+    packet: Optional[bytes] = None
 
 
 def encode_jpeg(frame: LiveFrame, image: Tensor, quality: int) -> LiveFrame:
@@ -53,10 +56,12 @@ class H264Encoder:
     refers to pictures it was never sent.
     """
 
-    def __init__(self, height: int, width: int) -> None:
+    def __init__(self, height: int, width: int, fragmented: bool = False) -> None:
         import av
 
         self._av = av
+        # fragmented: each frame's bytes are an MP4 fragment (the first after the init segment)
+        self._mp4 = FragmentedMP4(width, height, FPS) if fragmented else None
         self._codec = av.CodecContext.create("libx264", "w")
         self._codec.width, self._codec.height, self._codec.pix_fmt = width, height, "yuv420p"
         self._codec.time_base = Fraction(1, FPS)
@@ -81,6 +86,8 @@ class H264Encoder:
         if keyframe:
             picture.pict_type = self._av.video.frame.PictureType.I
         frame.packet = b"".join(bytes(packet) for packet in self._codec.encode(picture))
+        if self._mp4 is not None:
+            frame.packet = self._mp4.fragment(frame.packet, frame.index)
         return frame
 
     def close(self) -> None:

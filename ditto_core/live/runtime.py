@@ -55,7 +55,7 @@ from .admission import MAX_LOAD, MAX_STREAMS, DeviceLoad, check_admission, check
 from .engine_renderer import BATCH_LADDER, EngineRenderer
 from .output_frames import H264Encoder, LiveFrame, encode_jpeg
 from .schedule import MotionWindow, OnlineAudio, OnlineMotion
-from .stream_state import RenderJob, StreamConfig, StreamState
+from .stream_state import H264_OUTPUTS, RenderJob, StreamConfig, StreamState
 
 log = logging.getLogger(__name__)
 
@@ -779,9 +779,9 @@ class LiveRuntime:
             frame.image = image
             state.deliver((job.epoch, frame))
             return
-        if state.config.output == "h264":
+        if state.config.output in H264_OUTPUTS:
             if state.video_encoder is None:
-                state.video_encoder = H264Encoder(*image.shape[:2])
+                state.video_encoder = H264Encoder(*image.shape[:2], fragmented=state.config.output == "fmp4")
                 if state.closed:  # closed while it was made: close_state did not see it
                     state.video_encoder.close()
             future = state.video_encoder.submit(frame, image, job.epoch)

@@ -7,14 +7,14 @@ Routes (the same in both; ComfyUI mounts them on its own server):
   ready (``"ready"``; while it warms up, ``"warming_s"``: seconds so far);
 * ``GET /ditto/live/ws`` -- the stream. Protocol (docs/LIVE.md has the full text):
 
-  1. client -> ``{"type": "open", "avatar": ID, "sample_rate": 16000, "output": "jpeg" | "h264",
+  1. client -> ``{"type": "open", "avatar": ID, "sample_rate": 16000, "output": "jpeg" | "h264" | "fmp4",
      "max_size": 720, "quality": 85, "idle": true, "options": {...MotionOptions fields...}}``
   2. server -> ``{"type": "ready", "stream": N, "fps": 25, "width": W, "height": H,
      "audio_rate": 16000, "frame_samples": 640}``
   3. client -> binary messages of PCM16 little-endian mono speech at its ``sample_rate``, any
      size up to the message limit; text ``{"type": "end" | "clear" | "stats"}``.
-  4. server -> one binary message per frame (:func:`pack_frame`: header, the JPEG or H.264
-     Annex-B access unit, the frame's 40 ms of 16 kHz PCM16), text ``{"type": "cleared"}``, ``{"type": "stats", ...}``,
+  4. server -> one binary message per frame (:func:`pack_frame`: header, the JPEG, H.264
+     Annex-B access unit or fragmented-MP4 fragment, the frame's 40 ms of 16 kHz PCM16), text ``{"type": "cleared"}``, ``{"type": "stats", ...}``,
      ``{"type": "end", "frames": n}`` after the last frame of an ended stream, and on any
      problem ``{"type": "error", "code": ..., "message": ...}`` followed by a close with the
      code of :data:`CLOSE_CODES`.
@@ -315,7 +315,7 @@ def _parse_open(msg: dict) -> tuple[str, int, MotionOptions, StreamConfig]:
     except InputError as error:
         raise _Closed("bad_request", f"open: {error}") from None
     if config.output == "rgb":
-        raise _Closed("bad_request", 'open: over WebSocket the output is "jpeg" or "h264".')
+        raise _Closed("bad_request", 'open: over WebSocket the output is "jpeg", "h264" or "fmp4".')
     try:
         rate = check_sample_rate(rate, "open: sample_rate")
     except InputError as error:

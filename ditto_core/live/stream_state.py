@@ -26,7 +26,9 @@ from .schedule import ONLINE_OVERLAP, OnlineAudio, OnlineMotion, SampleTimeline
 class StreamConfig:
     """How one stream's frames come out and how much it may buffer."""
 
-    output: str = "jpeg"  # "jpeg" / "h264" (encoded bytes: JPEG, H.264 Annex-B) or "rgb" (uint8 tensor on the host)
+    # "jpeg" / "h264" / "fmp4" (encoded bytes: JPEG, H.264 Annex-B, H.264 fragmented MP4) or "rgb"
+    # (uint8 tensor on the host)
+    output: str = "jpeg"
     max_size: Optional[int] = None  # longest side of output frames (None: the portrait's size)
     quality: int = 85  # JPEG quality
     idle: bool = True  # animate silence while no speech arrives
@@ -49,10 +51,11 @@ class StreamConfig:
     def frame_size(self, height: int, width: int) -> tuple[int, int]:
         """(H, W) of this stream's frames for a ``height`` x ``width`` portrait (even for H.264's 4:2:0)."""
         h, w = output_size(height, width, self.max_size)
-        return (max(2, h // 2 * 2), max(2, w // 2 * 2)) if self.output == "h264" else (h, w)
+        return (max(2, h // 2 * 2), max(2, w // 2 * 2)) if self.output in H264_OUTPUTS else (h, w)
 
 
-OUTPUTS = ("jpeg", "h264", "rgb")
+H264_OUTPUTS = ("h264", "fmp4")
+OUTPUTS = ("jpeg", *H264_OUTPUTS, "rgb")
 
 
 @dataclass
@@ -101,7 +104,7 @@ class StreamState:
     first_frame_latency: Optional[float] = None
     frames_delivered: int = 0
     silence_windows: int = 0
-    video_encoder: Optional[H264Encoder] = None  # output "h264": one encoder per stream, frames in order
+    video_encoder: Optional[H264Encoder] = None  # H.264 outputs: one encoder per stream, frames in order
 
     def buffered_seconds(self) -> float:
         return (self.pending_samples + max(0, self.audio.received - self.audio.windows_done * self.audio.hop)) / SAMPLE_RATE
