@@ -80,6 +80,14 @@ def test_a_first_access_unit_without_parameter_sets_is_refused():
         FragmentedMP4(96, 64, 25).fragment(units[1], 1)
 
 
+def test_an_empty_access_unit_adds_nothing():
+    units = _encode(_pictures(2), [0, 0], fragmented=False)
+    mp4 = FragmentedMP4(96, 64, 25)
+    assert mp4.fragment(b"", 0) == b"" and mp4.codec is None
+    first = mp4.fragment(units[0], 0)
+    assert mp4.fragment(b"", 1) == b"" and len(_decode_stream(first + mp4.fragment(units[1], 2))) == 2
+
+
 @pytest.mark.parametrize("code", [b"\x00\x00\x01", b"\x00\x00\x00\x01"])
 def test_annexb_units_split_on_both_start_code_lengths(code):
     data = code + b"\x67\x42\x1f" + code + b"\x68\xce" + b"\x00\x00\x00\x01" + b"\x65\x88\x80"

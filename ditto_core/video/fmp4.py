@@ -71,6 +71,8 @@ class FragmentedMP4:
         """The bytes for frame ``index`` (Annex-B ``access_unit``): init segment first, the first time."""
         units = annexb_units(access_unit)
         head = b""
+        if not units:
+            return b""
         if self.codec is None:
             sps = next((u for u in units if u[0] & 0x1F == NAL_SPS), None)
             pps = next((u for u in units if u[0] & 0x1F == NAL_PPS), None)
@@ -79,6 +81,8 @@ class FragmentedMP4:
             self.codec = "avc1." + sps[1:4].hex()
             head = self._init_segment(sps, pps)
         samples = [u for u in units if u[0] & 0x1F not in (NAL_SPS, NAL_PPS, NAL_AUD)]
+        if not samples:  # an encoder that held the frame back: nothing to play yet
+            return head
         sync = any(u[0] & 0x1F == NAL_IDR for u in samples)
         data = b"".join(struct.pack(">I", len(u)) + u for u in samples)
         self._sequence += 1
