@@ -70,9 +70,9 @@ class FragmentedMP4:
     def fragment(self, access_unit: bytes, index: int) -> bytes:
         """The bytes for frame ``index`` (Annex-B ``access_unit``): init segment first, the first time."""
         units = annexb_units(access_unit)
-        head = b""
         if not units:
             return b""
+        head = b""
         if self.codec is None:
             sps = next((u for u in units if u[0] & 0x1F == NAL_SPS), None)
             pps = next((u for u in units if u[0] & 0x1F == NAL_PPS), None)
