@@ -76,7 +76,7 @@ class DittoTalkingHead(io.ComfyNode):
                 path, saved = output_file(filename_prefix, source.frames.shape[2], source.frames.shape[1])
                 pipeline.render_video(source, motion, path, audio=muxed, crf=crf, preset=preset,
                                       progress=stage(3), metadata=workflow_metadata(cls))
-        return io.NodeOutput(InputImpl.VideoFromFile(path), ui=saved_video_ui(saved, timer.ui(len(motion))))
+        return io.NodeOutput(InputImpl.VideoFromFile(path), ui=saved_video_ui(saved, timer.ui(len(motion), pipeline.engine().stats)))
 
 
 NODES = [DittoTalkingHead]

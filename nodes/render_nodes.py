@@ -80,7 +80,8 @@ class WarpDecode(io.ComfyNode):
                 compile: bool) -> io.NodeOutput:
         with timed_stage("Warp+Decode", models.torch_device) as timer:
             renders = render_faces(models, source, motion, batch_size, compile, comfy_progress(len(motion)))
-        return io.NodeOutput(renders, ui=timer.ui(len(renders)))
+        engine = REGISTRY.pipeline(models).engine(batch_size, compile)  # the one render_faces used
+        return io.NodeOutput(renders, ui=timer.ui(len(renders), engine.stats))
 
 
 class PutBack(io.ComfyNode):

@@ -8,16 +8,20 @@ extension shows that under the node.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 import comfy.model_management
 import comfy.utils
 import torch
 
 from ditto_core.progress import ProgressCallback
+
+if TYPE_CHECKING:
+    from ditto_core.render.warp_decode import EngineStats
 
 STATS_KEY = "ditto_stats"
 """UI-output key of a node's timing record (read by ``web/ditto.js`` and found in ``/history``)."""
@@ -66,12 +70,15 @@ class StageTime:
     stage: str
     seconds: float = 0.0
 
-    def ui(self, frames: Optional[int] = None) -> dict[str, list[dict]]:
-        """The node's UI output: ``{"ditto_stats": [{stage, seconds, frames, fps}]}``."""
+    def ui(self, frames: Optional[int] = None, engine: Optional["EngineStats"] = None) -> dict[str, list[dict]]:
+        """The node's UI output: ``{"ditto_stats": [{stage, seconds, frames, fps, engine}]}``
+        (``engine``: what the warp+decode engine did so far, for API clients and benchmarks)."""
         record: dict = {"stage": self.stage, "seconds": round(self.seconds, 4)}
         if frames is not None:
             record["frames"] = int(frames)
             record["fps"] = round(frames / self.seconds, 2) if self.seconds > 0 else None
+        if engine is not None:
+            record["engine"] = dataclasses.asdict(engine)
         return {STATS_KEY: [record]}
 
 

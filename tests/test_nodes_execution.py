@@ -220,9 +220,12 @@ def test_sampler_cancels_promptly(handle, source, features):
 @pytest.fixture(scope="module")
 def frames(fast_handle, handle, source, features):
     motion = sample(handle, source, features, seed=0)[0]
-    renders = NODES["DittoWarpDecode"].execute(models=fast_handle, source=source, motion=motion, batch_size=3,
-                                               compile=True)[0]
+    output = NODES["DittoWarpDecode"].execute(models=fast_handle, source=source, motion=motion, batch_size=3,
+                                              compile=True)
+    renders, engine = output[0], output.ui["ditto_stats"][0]["engine"]
     assert renders.images.shape == (8, 3, 512, 512)
+    # the node reports its engine: on a CPU nothing compiles, and 8 frames are 3 batches of at most 3
+    assert (engine["compiled"], engine["batch_size"], engine["eager_batches"]) == (False, 3, 3), engine
     return NODES["DittoPutBack"].execute(renders=renders, source=source, backend="auto")
 
 
