@@ -329,6 +329,10 @@ def _print_table(result: dict[str, Any]) -> None:
             parts += [f"{node.split(':')[1]} {seconds:.2f}" for node, seconds in state["nodes_s"].items()]
             if state["cached"]:
                 parts.append("cached " + " ".join(node.split(":")[1] for node in state["cached"]))
+            for record in state.get("node_records", {}).values():  # batches so far in this process
+                if "engine" in record:
+                    engine = record["engine"]
+                    parts.append(f"engine {engine['warmup']}: graph {engine['graph_batches']} eager {engine['eager_batches']}")
             if state.get("all_wall_s"):
                 parts.append("every launch " + " ".join(f"{v:.2f}" for v in state["all_wall_s"]))
             print(f"{pack:<10} {name:<13} {state['wall_s']:7.2f}  {', '.join(parts)}")
