@@ -11,7 +11,7 @@ import logging
 
 import torch
 
-__all__ = ["announce_once", "compile_available", "compile_failures", "reset_compiled_state"]
+__all__ = ["announce_once", "compile_available", "compile_failures", "graph_trees_usable", "reset_compiled_state"]
 
 _announced: set[str] = set()
 
@@ -25,6 +25,18 @@ def compile_available(device: torch.device) -> tuple[bool, str]:
     except ImportError:
         return False, "Triton is not installed"
     return True, ""
+
+
+def graph_trees_usable(device: torch.device) -> bool:
+    """Whether ``torch.compile``'s CUDA-graph trees (``mode="reduce-overhead"``) work on ``device``.
+
+    They check their memory pool through an allocator call that PyTorch's ``cudaMallocAsync``
+    backend does not have, and ComfyUI selects that backend by default
+    (``PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync``, unless ``--disable-cuda-malloc``): the
+    first graph's warm-up raises, and the process's tree manager fails every later call. Plain
+    ``torch.cuda.graph`` recordings work with either backend.
+    """
+    return device.type != "cuda" or torch.cuda.memory.get_allocator_backend() != "cudaMallocAsync"
 
 
 def compile_failures() -> tuple[type[BaseException], ...]:

@@ -7,8 +7,13 @@ volume, so a frame rendered out of order, from the wrong source or from padding 
 """
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,6 +30,8 @@ from ditto_core.registration.source_info import SourceInfo
 from ditto_core.render import warp_decode
 from ditto_core.render.warp_decode import WarpDecodeEngine
 from tests.parity import rel_l2
+
+REPO = Path(__file__).resolve().parents[1]
 
 NUM_KP = 21
 
@@ -238,6 +245,65 @@ def test_compiled_engine_starts_each_clip_with_a_small_eager_batch(fake_compile)
         assert len(fake_compile) == 1 and fake_compile[0][1][0][0] == 4
         got = torch.cat([images for _, images in batches])
         assert rel_l2(got, unfused(warp, decoder, source, motion)) < 1e-6
+
+
+class RecordedCalls:
+    """Stands in for :class:`~ditto_core.cuda_graphs.CapturedCall` off CUDA: "records" by running
+    the function on its own copies of the inputs, "replays" by running it on the copied-in ones."""
+
+    made: list[tuple[tuple[int, ...], ...]] = []
+    replays = 0
+
+    def __init__(self, run, inputs, stream):
+        self.run, self.inputs = run, tuple(t.clone() for t in inputs)
+        RecordedCalls.made.append(tuple(tuple(t.shape) for t in inputs))
+
+    def capture(self):
+        return self.run(*self.inputs)
+
+    def replay(self, inputs):
+        RecordedCalls.replays += 1
+        for static, value in zip(self.inputs, inputs):
+            static.copy_(value)
+        return self.run(*self.inputs)
+
+
+def test_under_cuda_malloc_async_the_compiled_step_is_replayed_from_graphs_of_our_own(monkeypatch):
+    # ComfyUI's default allocator backend breaks torch's CUDA-graph trees: the engine compiles
+    # plain Inductor code and records it itself, once per input shape.
+    modes = []
+
+    def compile_(fn, **kwargs):
+        modes.append(kwargs["mode"])
+        return fn
+
+    monkeypatch.setattr(warp_decode, "compile_available", lambda device: (True, ""))
+    monkeypatch.setattr(warp_decode, "use_compile_cache", lambda cache_dir=None: None)
+    monkeypatch.setattr(warp_decode, "graph_trees_usable", lambda device: False)
+    monkeypatch.setattr(warp_decode, "CapturedCall", RecordedCalls)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: None)
+    monkeypatch.setattr(torch, "compile", compile_)
+    RecordedCalls.made, RecordedCalls.replays = [], 0
+    warp, decoder = toy_networks()
+    eager = WarpDecodeEngine(warp, decoder, batch_size=4, compile=False)
+    engine = WarpDecodeEngine(warp, decoder, batch_size=4)
+    motion_multi = make_motion(9, source_index=torch.tensor([0, 1, 1, 0, 1, 0, 0, 1, 1]))
+    for source, motion in [(make_source(volumes(1)), make_motion(9))] * 2 + [(make_source(volumes(2)), motion_multi)]:
+        got = engine.render(source, motion).images
+        assert rel_l2(got, eager.render(source, motion).images) < 1e-6
+    assert modes == ["default"]  # compiled once, without torch's graph trees
+    # one recording per input shape (a shared volume, one volume per frame), then replays only
+    assert RecordedCalls.made == [((1, 32, 16, 4, 4), (4, NUM_KP, 3), (4, NUM_KP, 3)),
+                                  ((4, 32, 16, 4, 4), (4, NUM_KP, 3), (4, NUM_KP, 3))]
+    assert RecordedCalls.replays == engine.stats.graph_batches - 2 > 0
+
+
+def test_graph_trees_are_usable_off_cuda_and_with_the_native_allocator(monkeypatch):
+    assert compilation.graph_trees_usable(torch.device("cpu"))
+    monkeypatch.setattr(torch.cuda.memory, "get_allocator_backend", lambda: "cudaMallocAsync")
+    assert not compilation.graph_trees_usable(torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda.memory, "get_allocator_backend", lambda: "native")
+    assert compilation.graph_trees_usable(torch.device("cuda", 0))
 
 
 @pytest.fixture
@@ -487,6 +553,40 @@ def test_compiled_engine_matches_eager_fp32(gpu_networks, load_case, tmp_path, m
         got = engine.render(source, motion).images
         assert rel_l2(got, eager) < 1e-4
     print(f"compiled vs eager fp32 rel-L2 {rel_l2(got, eager):.2e}, compile {engine.stats.compile_seconds:.1f} s")
+
+
+CUDA_MALLOC_ASYNC_RUN = """
+import json, sys
+import torch
+from ditto_core.models.checkpoints import load_network
+from ditto_core.render.warp_decode import WarpDecodeEngine
+from tests.parity import rel_l2
+from tests.test_warp_decode import make_motion, make_source
+
+nets = [load_network(name, sys.argv[1], device="cuda") for name in ("warp_network", "decoder")]
+source = make_source(torch.randn(1, 32, 16, 64, 64, generator=torch.Generator().manual_seed(0))).to("cuda")
+motion = make_motion(11)
+motion = type(motion)(*(t.cuda() for t in (motion.kp_source, motion.kp_driving, motion.source_index)))
+eager = WarpDecodeEngine(*nets, batch_size=4, compile=False).render(source, motion).images
+engine = WarpDecodeEngine(*nets, batch_size=4, compile=True, cache_dir=sys.argv[2])
+errors = [rel_l2(engine.render(source, motion).images, eager) for _ in range(3)]
+print(json.dumps({"backend": torch.cuda.memory.get_allocator_backend(), "errors": errors,
+                  "compiled": engine.stats.compiled, "graph_batches": engine.stats.graph_batches}))
+"""
+
+
+@pytest.mark.gpu
+def test_compiled_engine_under_comfyuis_cuda_malloc_async_allocator(official_ckpt_dir, tmp_path):
+    # ComfyUI starts with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync, under which torch's
+    # CUDA-graph trees raise at their first graph (seen in a real ComfyUI on an H100); the
+    # allocator is chosen when CUDA starts, hence a process of its own.
+    env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", CUDA_MALLOC_ASYNC_RUN, str(official_ckpt_dir), str(tmp_path)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["backend"] == "cudaMallocAsync" and got["compiled"]
+    assert got["graph_batches"] >= 6 and max(got["errors"]) < 1e-4, got  # recorded, then replayed
 
 
 @pytest.mark.gpu
