@@ -247,30 +247,9 @@ def test_compiled_engine_starts_each_clip_with_a_small_eager_batch(fake_compile)
         assert rel_l2(got, unfused(warp, decoder, source, motion)) < 1e-6
 
 
-class RecordedCalls:
-    """Stands in for :class:`~ditto_core.cuda_graphs.CapturedCall` off CUDA: "records" by running
-    the function on its own copies of the inputs, "replays" by running it on the copied-in ones."""
-
-    made: list[tuple[tuple[int, ...], ...]] = []
-    replays = 0
-
-    def __init__(self, run, inputs, stream):
-        self.run, self.inputs = run, tuple(t.clone() for t in inputs)
-        RecordedCalls.made.append(tuple(tuple(t.shape) for t in inputs))
-
-    def capture(self):
-        return self.run(*self.inputs)
-
-    def replay(self, inputs):
-        RecordedCalls.replays += 1
-        for static, value in zip(self.inputs, inputs):
-            static.copy_(value)
-        return self.run(*self.inputs)
-
-
-def test_under_cuda_malloc_async_the_compiled_step_is_replayed_from_graphs_of_our_own(monkeypatch):
+def test_under_cuda_malloc_async_the_compiled_step_runs_without_graph_trees(monkeypatch):
     # ComfyUI's default allocator backend breaks torch's CUDA-graph trees: the engine compiles
-    # plain Inductor code and records it itself, once per input shape.
+    # plain Inductor code and hands out its outputs as they are (no graph pool to copy out of).
     modes = []
 
     def compile_(fn, **kwargs):
@@ -280,22 +259,15 @@ def test_under_cuda_malloc_async_the_compiled_step_is_replayed_from_graphs_of_ou
     monkeypatch.setattr(warp_decode, "compile_available", lambda device: (True, ""))
     monkeypatch.setattr(warp_decode, "use_compile_cache", lambda cache_dir=None: None)
     monkeypatch.setattr(warp_decode, "graph_trees_usable", lambda device: False)
-    monkeypatch.setattr(warp_decode, "CapturedCall", RecordedCalls)
-    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: None)
     monkeypatch.setattr(torch, "compile", compile_)
-    RecordedCalls.made, RecordedCalls.replays = [], 0
     warp, decoder = toy_networks()
     eager = WarpDecodeEngine(warp, decoder, batch_size=4, compile=False)
     engine = WarpDecodeEngine(warp, decoder, batch_size=4)
-    motion_multi = make_motion(9, source_index=torch.tensor([0, 1, 1, 0, 1, 0, 0, 1, 1]))
-    for source, motion in [(make_source(volumes(1)), make_motion(9))] * 2 + [(make_source(volumes(2)), motion_multi)]:
+    source, motion = make_source(volumes(1)), make_motion(9)
+    for _ in range(2):
         got = engine.render(source, motion).images
         assert rel_l2(got, eager.render(source, motion).images) < 1e-6
-    assert modes == ["default"]  # compiled once, without torch's graph trees
-    # one recording per input shape (a shared volume, one volume per frame), then replays only
-    assert RecordedCalls.made == [((1, 32, 16, 4, 4), (4, NUM_KP, 3), (4, NUM_KP, 3)),
-                                  ((4, 32, 16, 4, 4), (4, NUM_KP, 3), (4, NUM_KP, 3))]
-    assert RecordedCalls.replays == engine.stats.graph_batches - 2 > 0
+    assert modes == ["default"] and engine.stats.graph_batches >= 2 and not engine._outputs_reused
 
 
 def test_graph_trees_are_usable_off_cuda_and_with_the_native_allocator(monkeypatch):

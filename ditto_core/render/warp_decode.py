@@ -12,9 +12,9 @@ mask conv and its two trilinear samplings also run as Triton kernels of ours
 Two ways to get the compiled graph (``warmup``):
 
 * ``"foreground"``: the first full batch compiles it (``mode="reduce-overhead"``: CUDA graphs;
-  under the ``cudaMallocAsync`` allocator, which torch's graph trees do not support, plain
-  Inductor code recorded into a CUDA graph of ours), the caller waiting; right for a process
-  that renders many clips, and for latency at batch 1.
+  under the ``cudaMallocAsync`` allocator, ComfyUI's default, which torch's graph trees do not
+  support, plain Inductor kernels), the caller waiting; right for a process that renders many
+  clips, and for latency at batch 1.
 * ``"background"``: a thread compiles it (plain Inductor kernels, no CUDA graphs: at a full
   batch the GPU, not kernel launches, is the limit) while the clip renders eagerly; batches
   switch to the graph once it is ready. A new process then delivers frames at once instead of
@@ -48,7 +48,6 @@ from torch import Tensor, nn
 
 from ..aot_packages import AotUnavailable, PackageCache
 from ..compilation import announce_once, compile_available, compile_failures, graph_trees_usable, reset_compiled_state
-from ..cuda_graphs import CapturedCall
 from ..errors import DittoError, InputError
 from ..gil_turns import short_gil_turns
 from ..models.keypoints import NUM_KP
@@ -208,33 +207,25 @@ class WarpDecodeEngine(nn.Module):
 
     def _compiled(self, warmup: str) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
         """The compiled step, made on its first call: ``torch.compile`` imports Dynamo (seconds
-        of a new process), which a clip rendered eagerly never needs.
-
-        ``"foreground"`` replays the step from a CUDA graph: torch's graph trees where they work
-        with the process's allocator, otherwise (ComfyUI's ``cudaMallocAsync``) plain Inductor
-        code recorded into a graph of our own per input shape (:func:`graph_trees_usable`).
-        """
-        trees = warmup == "foreground" and graph_trees_usable(self.device)
-        own_graphs = warmup == "foreground" and not trees
+        of a new process), which a clip rendered eagerly never needs."""
+        mode = "reduce-overhead" if self._graph_trees else "default"
         compiled: Optional[Callable[[Tensor, Tensor, Tensor], Tensor]] = None
-        graphs: dict[tuple[torch.Size, ...], CapturedCall] = {}
 
         def step(f_s: Tensor, kp_source: Tensor, kp_driving: Tensor) -> Tensor:
             nonlocal compiled
             if compiled is None:
                 register_triton_operators()
-                compiled = torch.compile(self._forward, mode="reduce-overhead" if trees else "default", dynamic=False)
-            if not own_graphs:
-                return compiled(f_s, kp_source, kp_driving)
-            key = (f_s.shape, kp_source.shape, kp_driving.shape)
-            graph = graphs.get(key)
-            if graph is None:  # compiled by the warm-up run, then recorded; kept once recorded
-                graph = CapturedCall(compiled, (f_s, kp_source, kp_driving), torch.cuda.Stream(f_s.device))
-                first = graph.capture()
-                graphs[key] = graph
-                return first
-            return graph.replay((f_s, kp_source, kp_driving))
+                compiled = torch.compile(self._forward, mode=mode, dynamic=False)
+            return compiled(f_s, kp_source, kp_driving)
         return step
+
+    @property
+    def _graph_trees(self) -> bool:
+        """Whether the compiled step runs from torch's CUDA-graph trees: ``"foreground"``, unless the
+        process's allocator is ``cudaMallocAsync`` (ComfyUI's default), which they do not support
+        (nor did recording Inductor's code into a graph of ours work there: an invalid-argument
+        launch error on an H200); there the step runs as plain Inductor kernels, as in ``"background"``."""
+        return self.warmup == "foreground" and graph_trees_usable(self.device)
 
     @property
     def _aot(self) -> bool:
@@ -243,7 +234,7 @@ class WarpDecodeEngine(nn.Module):
     @property
     def _outputs_reused(self) -> bool:
         """Whether the next graph call overwrites this one's output (CUDA graphs)."""
-        return self.warmup == "foreground" or (self._aot and self.device.type == "cuda")
+        return self._graph_trees or (self._aot and self.device.type == "cuda")
 
     @torch.inference_mode()
     def render_batch(self, f_s: Tensor, kp_source: Tensor, kp_driving: Tensor) -> Tensor:
