@@ -1,9 +1,9 @@
 #!/bin/bash
-# Session 26, call 2: the first call found that in a real ComfyUI on a GPU every compiled render
+# Session 26, calls 2 and 3: call 1 found that in a real ComfyUI on a GPU every compiled render
 # failed: ComfyUI runs PyTorch's cudaMallocAsync allocator, which torch's CUDA-graph trees
-# (mode="reduce-overhead") do not support. With the fix (under that allocator the step runs as
-# and recorded into graphs of ours under that allocator): its GPU test, then main's pack through
-# the real-ComfyUI benchmark (one relaunch).
+# (mode="reduce-overhead") do not support. Call 2 tried the step recorded into graphs of ours
+# there (it failed too); call 3: plain Inductor kernels under that allocator. The GPU test, then
+# main's pack through the real-ComfyUI benchmark (one relaunch).
 set -u
 START=$(date +%s); T0=$SECONDS
 NEED_HUBERT=1 . bench/measurements/2026-12-04-h200-s19/preamble.sh
