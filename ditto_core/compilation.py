@@ -11,7 +11,7 @@ import logging
 
 import torch
 
-__all__ = ["announce_once", "compile_available", "compile_failures", "graph_trees_usable", "reset_compiled_state"]
+__all__ = ["announce_once", "compile_available", "compile_failures", "uses_cuda_malloc_async", "reset_compiled_state"]
 
 _announced: set[str] = set()
 
@@ -27,16 +27,16 @@ def compile_available(device: torch.device) -> tuple[bool, str]:
     return True, ""
 
 
-def graph_trees_usable(device: torch.device) -> bool:
-    """Whether ``torch.compile``'s CUDA-graph trees (``mode="reduce-overhead"``) work on ``device``.
-
-    They check their memory pool through an allocator call that PyTorch's ``cudaMallocAsync``
-    backend does not have, and ComfyUI selects that backend by default
-    (``PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync``, unless ``--disable-cuda-malloc``): the
-    first graph's warm-up raises, and the process's tree manager fails every later call. Plain
-    ``torch.cuda.graph`` recordings work with either backend.
+def uses_cuda_malloc_async(device: torch.device) -> bool:
+    """Whether ``device`` allocates through PyTorch's ``cudaMallocAsync`` backend, which ComfyUI
+    selects by default (``PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync``, unless started with
+    ``--disable-cuda-malloc``). Compiled code cannot use CUDA graphs there: ``torch.compile``'s
+    graph trees (``mode="reduce-overhead"``) check their pool through an allocator call that
+    backend lacks (the first graph raises, and every later call fails; a real ComfyUI on an H100),
+    and Inductor's kernels recorded into a ``torch.cuda.graph`` of ours failed to launch (an
+    H200). Eager code records and replays there as usual.
     """
-    return device.type != "cuda" or torch.cuda.memory.get_allocator_backend() != "cudaMallocAsync"
+    return device.type == "cuda" and torch.cuda.memory.get_allocator_backend() == "cudaMallocAsync"
 
 
 def compile_failures() -> tuple[type[BaseException], ...]:

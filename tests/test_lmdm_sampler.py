@@ -167,6 +167,23 @@ def test_compile_where_it_cannot_run_samples_eagerly_and_says_so_once(monkeypatc
     ]
 
 
+def test_under_cuda_malloc_async_a_recorded_sampler_keeps_its_graph_and_drops_the_compile(monkeypatch, caplog):
+    # ComfyUI's default allocator cannot record compiled kernels into a CUDA graph; at batch 1 the
+    # graph is worth more than the compile, so the sampler records its eager step there.
+    monkeypatch.setattr(compilation, "_announced", set())
+    monkeypatch.setattr(lmdm_sampler, "compile_available", lambda device: (True, ""))
+    monkeypatch.setattr(lmdm_sampler, "uses_cuda_malloc_async", lambda device: True)
+    model = LMDM().eval().requires_grad_(False)
+    with caplog.at_level(logging.WARNING, logger=lmdm_sampler.__name__):
+        recorded = DDIMSampler(model, 2, compile=True, cuda_graph=True)
+        unrecorded = DDIMSampler(model, 2, compile=True, cuda_graph=False)
+    assert not recorded.compile and recorded.cuda_graph and recorded._guided_step == recorded._net.guided_step
+    assert unrecorded.compile  # nothing recorded: compiled kernels run as they are
+    assert [r.getMessage() for r in caplog.records] == [
+        "Ditto LMDM sampler runs without torch.compile: the cudaMallocAsync allocator (ComfyUI's default) "
+        "cannot record compiled steps"]
+
+
 def test_unknown_precision_is_refused(lmdm):
     with pytest.raises(InputError, match="precision must be one of fp32, tf32, bf16"):
         DDIMSampler(lmdm, 25, precision="fp16")

@@ -258,7 +258,7 @@ def test_under_cuda_malloc_async_the_compiled_step_runs_without_graph_trees(monk
 
     monkeypatch.setattr(warp_decode, "compile_available", lambda device: (True, ""))
     monkeypatch.setattr(warp_decode, "use_compile_cache", lambda cache_dir=None: None)
-    monkeypatch.setattr(warp_decode, "graph_trees_usable", lambda device: False)
+    monkeypatch.setattr(warp_decode, "uses_cuda_malloc_async", lambda device: True)
     monkeypatch.setattr(torch, "compile", compile_)
     warp, decoder = toy_networks()
     eager = WarpDecodeEngine(warp, decoder, batch_size=4, compile=False)
@@ -270,12 +270,26 @@ def test_under_cuda_malloc_async_the_compiled_step_runs_without_graph_trees(monk
     assert modes == ["default"] and engine.stats.graph_batches >= 2 and not engine._outputs_reused
 
 
-def test_graph_trees_are_usable_off_cuda_and_with_the_native_allocator(monkeypatch):
-    assert compilation.graph_trees_usable(torch.device("cpu"))
+@pytest.mark.parametrize("warmup", ["aot", "aot_cached"])
+def test_under_cuda_malloc_async_aot_packages_are_not_used_and_the_engine_says_why(monkeypatch, caplog, warmup):
+    monkeypatch.setattr(compilation, "_announced", set())
+    monkeypatch.setattr(warp_decode, "compile_available", lambda device: (True, ""))
+    monkeypatch.setattr(warp_decode, "use_compile_cache", lambda cache_dir=None: None)
+    monkeypatch.setattr(warp_decode, "uses_cuda_malloc_async", lambda device: True)
+    with caplog.at_level(logging.WARNING, logger=warp_decode.__name__):
+        engine = WarpDecodeEngine(*toy_networks(), batch_size=4, warmup=warmup)
+    assert engine.warmup == engine.stats.warmup == "foreground" and not engine._graph_trees
+    assert [r.getMessage() for r in caplog.records] == [
+        "Ditto warp+decode: no AOT package (the cudaMallocAsync allocator cannot replay its CUDA graph)"]
+
+
+def test_cuda_malloc_async_is_read_from_the_allocator_backend_of_cuda_devices(monkeypatch):
+    assert not compilation.uses_cuda_malloc_async(torch.device("cpu"))
     monkeypatch.setattr(torch.cuda.memory, "get_allocator_backend", lambda: "cudaMallocAsync")
-    assert not compilation.graph_trees_usable(torch.device("cuda", 0))
+    assert compilation.uses_cuda_malloc_async(torch.device("cuda", 0))
+    assert not compilation.uses_cuda_malloc_async(torch.device("cpu"))
     monkeypatch.setattr(torch.cuda.memory, "get_allocator_backend", lambda: "native")
-    assert compilation.graph_trees_usable(torch.device("cuda", 0))
+    assert not compilation.uses_cuda_malloc_async(torch.device("cuda", 0))
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..compilation import announce_once, compile_available, compile_failures
+from ..compilation import announce_once, compile_available, compile_failures, uses_cuda_malloc_async
 from ..cuda_graphs import CapturedCall
 from ..errors import InputError
 from ..models.keypoints import MOTION_DIM
@@ -100,8 +100,10 @@ class DDIMSampler:
         precision: one of :data:`~ditto_core.precision.LMDM_PRECISIONS`; ``fp32`` reproduces the reference.
         compile: run each guided step through ``torch.compile`` (fewer, fused kernels; the
             first window pays the compilation). Combined with ``cuda_graph`` the compiled step
-            is recorded into the window's graph like the eager one. Only on CUDA with Triton;
-            elsewhere, or where compilation fails, the eager step runs, announced once.
+            is recorded into the window's graph like the eager one, except under the
+            ``cudaMallocAsync`` allocator (ComfyUI's default), where compiled kernels cannot be
+            recorded and the eager step is. Only on CUDA with Triton; elsewhere, or where
+            compilation fails, the eager step runs, announced once.
 
     Call :meth:`sample` with injected ``x_T`` and ``noise`` (see :meth:`noise_shape`), or use
     :func:`sample_window` to draw them from a generator. Build the sampler after moving the
@@ -126,6 +128,10 @@ class DDIMSampler:
         self._guided_step = self._net.guided_step
         if compile:
             ok, why = compile_available(device)
+            if ok and cuda_graph and uses_cuda_malloc_async(device):
+                # Compiled kernels cannot be recorded into a graph there; at a window's few hundred
+                # small launches the graph is worth more than the compile.
+                ok, why = False, "the cudaMallocAsync allocator (ComfyUI's default) cannot record compiled steps"
             if ok:
                 self.compile = True
                 self._guided_step = torch.compile(self._net.guided_step, dynamic=False)

@@ -47,7 +47,7 @@ import torch
 from torch import Tensor, nn
 
 from ..aot_packages import AotUnavailable, PackageCache
-from ..compilation import announce_once, compile_available, compile_failures, graph_trees_usable, reset_compiled_state
+from ..compilation import announce_once, compile_available, compile_failures, reset_compiled_state, uses_cuda_malloc_async
 from ..errors import DittoError, InputError
 from ..gil_turns import short_gil_turns
 from ..models.keypoints import NUM_KP
@@ -198,6 +198,8 @@ class WarpDecodeEngine(nn.Module):
         if ok:
             use_compile_cache(cache_dir)
             self._step = self._run_package if self._aot else self._compiled(warmup)
+            if self._aot and uses_cuda_malloc_async(self.device):  # a package replays from a CUDA graph
+                self._fall_back_from_aot("the cudaMallocAsync allocator cannot replay its CUDA graph")
         elif compile:
             _announce_eager(why)
 
@@ -222,10 +224,9 @@ class WarpDecodeEngine(nn.Module):
     @property
     def _graph_trees(self) -> bool:
         """Whether the compiled step runs from torch's CUDA-graph trees: ``"foreground"``, unless the
-        process's allocator is ``cudaMallocAsync`` (ComfyUI's default), which they do not support
-        (nor did recording Inductor's code into a graph of ours work there: an invalid-argument
-        launch error on an H200); there the step runs as plain Inductor kernels, as in ``"background"``."""
-        return self.warmup == "foreground" and graph_trees_usable(self.device)
+        process allocates through ``cudaMallocAsync`` (ComfyUI's default: see
+        :func:`uses_cuda_malloc_async`); there it runs as plain Inductor kernels, as in ``"background"``."""
+        return self.warmup == "foreground" and not uses_cuda_malloc_async(self.device)
 
     @property
     def _aot(self) -> bool:
