@@ -30,6 +30,7 @@ from ditto_core.errors import InputError
 from ditto_core.live import AvatarStream, LiveRuntime, StreamConfig
 from ditto_core.live.server import CLOSE_CODES, Limits, LiveAvatars, _authorized, create_app, unpack_frame
 from ditto_core.motion.motion_options import MotionOptions
+from ditto_core.video.fmp4 import NAL_IDR, annexb_units
 from tests.live_support import ProjectionSampler, RecordingRenderer, light_pipeline
 from tests.test_conditions import random_source
 
@@ -221,12 +222,7 @@ def test_h264_clients_that_leave_mid_stream_do_not_stop_the_runtime(pipeline):
 
 def _nal_types(unit: bytes) -> set[int]:
     """The NAL unit types of an Annex-B access unit (5: an IDR slice, 1: a slice that needs earlier frames)."""
-    types, i = set(), 0
-    while (i := unit.find(b"\x00\x00\x01", i)) >= 0:
-        i += 3
-        if i < len(unit):
-            types.add(unit[i] & 0x1F)
-    return types
+    return {nal[0] & 0x1F for nal in annexb_units(unit)}
 
 
 @pytest.mark.reliability(area="Live streams", case="barge-in (clear) on an H.264 stream",
@@ -256,7 +252,7 @@ def test_h264_frames_after_a_clear_start_with_a_keyframe(pipeline):
     gaps = [k for k in range(1, len(frames)) if indices[k] != indices[k - 1] + 1]
     assert gaps, f"no frame was dropped by the clear (indices {indices}): the test proves nothing"
     for k in [0, *gaps]:  # where the decoder missed frames, the next one must stand alone
-        assert 5 in _nal_types(frames[k][2]), f"frame {indices[k]} after a gap is not an IDR: {_nal_types(frames[k][2])}"
+        assert NAL_IDR in _nal_types(frames[k][2]), f"frame {indices[k]} after a gap is not an IDR: {_nal_types(frames[k][2])}"
     decoder = av.CodecContext.create("h264", "r")
     pictures = [p for f in frames for p in decoder.decode(av.Packet(f[2]))] + list(decoder.decode(None))
     assert len(pictures) == len(frames)
