@@ -197,9 +197,10 @@ class WarpDecodeEngine(nn.Module):
         self.stats.triton_kernels = switched if triton_ok else 0
         if ok:
             use_compile_cache(cache_dir)
-            self._step = self._run_package if self._aot else self._compiled(warmup)
             if self._aot and uses_cuda_malloc_async(self.device):  # a package replays from a CUDA graph
                 self._fall_back_from_aot("the cudaMallocAsync allocator cannot replay its CUDA graph")
+            else:
+                self._step = self._run_package if self._aot else self._compiled(warmup)
         elif compile:
             _announce_eager(why)
 
