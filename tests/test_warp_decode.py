@@ -545,6 +545,9 @@ CUDA_MALLOC_ASYNC_RUN = """
 import json, sys
 import torch
 from ditto_core.models.checkpoints import load_network
+from ditto_core.models.keypoints import MOTION_DIM
+from ditto_core.models.lmdm import LMDM, WINDOW
+from ditto_core.motion.lmdm_sampler import DDIMSampler
 from ditto_core.render.warp_decode import WarpDecodeEngine
 from tests.parity import rel_l2
 from tests.test_warp_decode import make_motion, make_source
@@ -556,8 +559,21 @@ motion = type(motion)(*(t.cuda() for t in (motion.kp_source, motion.kp_driving, 
 eager = WarpDecodeEngine(*nets, batch_size=4, compile=False).render(source, motion).images
 engine = WarpDecodeEngine(*nets, batch_size=4, compile=True, cache_dir=sys.argv[2])
 errors = [rel_l2(engine.render(source, motion).images, eager) for _ in range(3)]
+# The LMDM sampler's window graph (eager steps recorded there, its compile dropped) beside it.
+lmdm = LMDM().cuda().eval().requires_grad_(False)
+plain, recorded = DDIMSampler(lmdm, 5, cuda_graph=False), DDIMSampler(lmdm, 5, cuda_graph=True, compile=True)
+gen = torch.Generator(device="cuda").manual_seed(0)
+sampler_errors = []
+for _ in range(3):  # record, then replay with new inputs
+    inputs = (torch.randn(1, MOTION_DIM, device="cuda", generator=gen),
+              torch.randn(1, WINDOW, 1103, device="cuda", generator=gen),
+              torch.randn(1, WINDOW, MOTION_DIM, device="cuda", generator=gen),
+              torch.randn(plain.noise_shape(1), device="cuda", generator=gen))
+    sampler_errors.append(rel_l2(recorded.sample(*inputs), plain.sample(*inputs)))
 print(json.dumps({"backend": torch.cuda.memory.get_allocator_backend(), "errors": errors,
-                  "compiled": engine.stats.compiled, "graph_batches": engine.stats.graph_batches}))
+                  "compiled": engine.stats.compiled, "graph_batches": engine.stats.graph_batches,
+                  "sampler_errors": sampler_errors, "sampler_graphs": len(recorded._graphs),
+                  "sampler_compiled": recorded.compile}))
 """
 
 
@@ -565,7 +581,8 @@ print(json.dumps({"backend": torch.cuda.memory.get_allocator_backend(), "errors"
 def test_compiled_engine_under_comfyuis_cuda_malloc_async_allocator(official_ckpt_dir, tmp_path):
     # ComfyUI starts with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync, under which torch's
     # CUDA-graph trees raise at their first graph (seen in a real ComfyUI on an H100); the
-    # allocator is chosen when CUDA starts, hence a process of its own.
+    # allocator is chosen when CUDA starts, hence a process of its own, whose clean exit is
+    # part of the check (a captured allocation freed wrongly aborts it there).
     env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", CUDA_MALLOC_ASYNC_RUN, str(official_ckpt_dir), str(tmp_path)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -573,6 +590,8 @@ def test_compiled_engine_under_comfyuis_cuda_malloc_async_allocator(official_ckp
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["backend"] == "cudaMallocAsync" and got["compiled"]
     assert got["graph_batches"] >= 6 and max(got["errors"]) < 1e-4, got  # recorded, then replayed
+    # The sampler replays its recorded eager window (same kernels as the plain one) without its compile.
+    assert got["sampler_graphs"] == 1 and not got["sampler_compiled"] and max(got["sampler_errors"]) < 1e-6, got
 
 
 @pytest.mark.gpu
