@@ -11,7 +11,8 @@ workflow validates, runs and writes an MP4 that decodes with the expected frames
     COMFYUI_DIR=/path/to/ComfyUI COMFYUI_PYTHON=/path/to/venv/bin/python python -m pytest tests/test_comfyui_live.py
 
 ``COMFYUI_GPU=1`` starts ComfyUI without ``--cpu``: on its GPU, with its own defaults (the
-``cudaMallocAsync`` allocator among them), as users run it.
+``cudaMallocAsync`` allocator among them), as users run it. ``COMFYUI_FRONT_END_ROOT``: passed
+as ``--front-end-root`` (a machine without ComfyUI's front-end package serves an empty folder).
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ pytestmark = pytest.mark.skipif(not COMFYUI_DIR, reason="set COMFYUI_DIR to a Co
 
 COMFY_PYTHON = os.environ.get("COMFYUI_PYTHON", sys.executable)
 ON_GPU = os.environ.get("COMFYUI_GPU") == "1"
+FRONT_END = os.environ.get("COMFYUI_FRONT_END_ROOT")
 STARTUP_TIMEOUT_S = 300
 RUN_TIMEOUT_S = float(os.environ.get("DITTO_LIVE_TIMEOUT_S", 3600))
 SPEECH_SECONDS = 0.24  # 6 video frames: the CPU renders about one frame every few seconds
@@ -105,7 +107,7 @@ def comfy(tmp_path_factory, reference_dir, example_dir):
     log = open(base / "comfyui.log", "w")
     server = subprocess.Popen(
         [COMFY_PYTHON, "main.py", *([] if ON_GPU else ["--cpu"]), "--listen", "127.0.0.1", "--port", str(port),
-         "--base-directory", str(base), "--disable-auto-launch"],
+         "--base-directory", str(base), "--disable-auto-launch", *(["--front-end-root", FRONT_END] if FRONT_END else [])],
         cwd=COMFYUI_DIR, stdout=log, stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},  # the log is read while the server runs
     )

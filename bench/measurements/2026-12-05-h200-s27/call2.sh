@@ -12,7 +12,8 @@ python3 -c "import torchsde" 2>/dev/null || python3 -m pip install -q --no-index
 echo "preamble s $((SECONDS-T0))"; SECONDS=0
 timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_warp_decode.py -k malloc > $OUT/gpu_tests.log 2>&1; echo "gpu tests rc $? s $SECONDS"; tail -3 $OUT/gpu_tests.log
 LEFT=$(($1 - $(date +%s) + START)); SECONDS=0
-COMFYUI_DIR=/tmp/comfyui COMFYUI_PYTHON=python3 COMFYUI_GPU=1 DITTO_LIVE_TIMEOUT_S=120 timeout $LEFT \
+mkdir -p /tmp/no_front_end
+COMFYUI_DIR=/tmp/comfyui COMFYUI_PYTHON=python3 COMFYUI_GPU=1 COMFYUI_FRONT_END_ROOT=/tmp/no_front_end DITTO_LIVE_TIMEOUT_S=120 timeout $LEFT \
   python3 -m pytest -q -p no:cacheprovider -rA tests/test_comfyui_live.py -k published_avatar > $OUT/comfyui_gpu_live.log 2>&1
 echo "live test rc $? s $SECONDS"; grep -E "^(PASSED|FAILED|ERROR)|passed|failed|Error" $OUT/comfyui_gpu_live.log | tail -8 | cut -c1-300
 for f in /tmp/pytest-of-*/pytest-*/comfy_base*/comfyui.log; do [ -f "$f" ] && cp "$f" $OUT/comfyui_server.log; done
