@@ -283,10 +283,11 @@ def test_unload_wired_after_a_ditto_output_releases_the_models_once_it_is_made(c
 
 
 def _registered_portrait(use_cache: bool, crop_scale: float, max_size: int) -> dict:
-    """Prompt nodes 1-3: Load Ditto Models (CPU, fp32), the example portrait, Register Avatar (no face detection)."""
+    """Prompt nodes 1-3: Load Ditto Models (ComfyUI's device: the CPU under --cpu, fp32 there), the
+    example portrait, Register Avatar (no face detection)."""
     return {
         "1": {"class_type": "DittoLoadModels",
-              "inputs": {"model_folder": ".", "device": "cpu", "precision": "fp32", "download_missing": False}},
+              "inputs": {"model_folder": ".", "device": "auto", "precision": "auto", "download_missing": False}},
         "2": {"class_type": "LoadImage", "inputs": {"image": "ditto_portrait.jpg"}},
         "3": {"class_type": "DittoRegisterAvatar",
               "inputs": {"models": ["1", 0], "image": ["2", 0], "detect_face": False, "use_cache": use_cache,
