@@ -298,7 +298,8 @@ class DittoPipeline:
 
         Called when the models load. ``warmup="background"``: the graph for an image source
         compiles, overlapping what comes before the first render, which runs eagerly until it is
-        ready. Otherwise the eager path is run once on zeros (:meth:`WarpDecodeEngine.prime`):
+        ready. Otherwise (``"deferred"`` compiles after the first clip) the eager path is run once
+        on zeros (:meth:`WarpDecodeEngine.prime`):
         a new process's first batches then find the CUDA libraries loaded and their kernels
         chosen. ``prime``: ``"full"`` (the first batch's shape and a full batch's), ``"first"``
         (the first batch's only) or ``"off"``.
@@ -306,7 +307,8 @@ class DittoPipeline:
         if prime not in ("full", "first", "off"):
             raise InputError(f'start_warmup: prime must be "full", "first" or "off", got {prime!r}')
         engine = self.engine()
-        engine.start_warmup()
+        if engine.warmup != "deferred":
+            engine.start_warmup()
         if prime != "off" and engine.warmup != "background":
             engine.prime(full_batch=prime == "full")
 

@@ -24,6 +24,7 @@ from typing import Callable, Optional
 import comfy.model_management as mm
 import torch
 
+from ditto_core.compilation import uses_cuda_malloc_async
 from ditto_core.errors import InputError
 from ditto_core.model_files import find_hubert, find_network_file
 from ditto_core.models.checkpoints import NETWORKS
@@ -79,10 +80,14 @@ PipelineBuilder = Callable[[], DittoPipeline]
 
 def _default_builder(handle: ModelHandle) -> PipelineBuilder:
     # Face-detection models are loaded when present but not required here: the no-detector
-    # mode needs none, and Register Avatar asks for them when it detects.
+    # mode needs none, and Register Avatar asks for them when it detects. Under ComfyUI's
+    # cudaMallocAsync allocator the compiled step has no CUDA graphs whichever way it is made, so
+    # the first prompt of a process renders eagerly and the compile runs after it ("deferred"):
+    # a new ComfyUI never makes a prompt wait for a compile.
+    warmup = "deferred" if uses_cuda_malloc_async(handle.torch_device) else "foreground"
     return lambda: DittoPipeline.from_model_dir(
         handle.model_dir, handle.torch_device, handle.dtype,
-        cache_dir=Path(handle.cache_dir) if handle.cache_dir else None, detect_face=False)
+        cache_dir=Path(handle.cache_dir) if handle.cache_dir else None, detect_face=False, warmup=warmup)
 
 
 def _module_bytes(pipeline: DittoPipeline) -> int:

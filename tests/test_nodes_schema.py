@@ -236,6 +236,19 @@ def test_model_size_before_loading_is_estimated_from_the_checkpoint_files(tmp_pa
     assert half.loaded_size() == 0 and half.current_loaded_device() == torch.device("cpu")
 
 
+@pytest.mark.parametrize("malloc_async, warmup", [(True, "deferred"), (False, "foreground")])
+def test_comfyuis_pipelines_compile_after_the_first_prompt_under_cuda_malloc_async(monkeypatch, malloc_async, warmup):
+    # ComfyUI's default allocator rules out CUDA graphs of compiled code: no prompt then waits for a
+    # compile; with PyTorch's own allocator (--disable-cuda-malloc) the first one compiles graph trees.
+    from comfyui_ditto_pack.nodes import model_registry
+
+    built = []
+    monkeypatch.setattr(model_registry, "uses_cuda_malloc_async", lambda device: malloc_async)
+    monkeypatch.setattr(model_registry.DittoPipeline, "from_model_dir", lambda *a, **kw: built.append(kw["warmup"]))
+    model_registry._default_builder(ModelHandle("/models", "cuda", "fp16"))()
+    assert built == [warmup]
+
+
 def test_unload_node_releases_and_never_caches():
     unload = next(n for n in NODES if n.GET_SCHEMA().node_id == "DittoUnloadModels")
     assert unload.fingerprint_inputs(enabled=True) != unload.fingerprint_inputs(enabled=True)

@@ -721,6 +721,30 @@ def test_background_warmup_renders_eagerly_until_the_graph_is_ready(gated_compil
     assert len(engine._warmups) == 1
 
 
+def test_deferred_warmup_compiles_only_once_a_clip_is_rendered(gated_compile):
+    """The first clip renders eagerly with no compile started (it has the interpreter and the GPU
+    to itself); its end starts the compile, and the next clip switches to the graph once ready."""
+    gate, calls = gated_compile
+    warp, decoder = toy_networks()
+    source, motion = make_source(volumes(1)), make_motion(9)
+    expected = unfused(warp, decoder, source, motion)
+    engine = WarpDecodeEngine(warp, decoder, batch_size=4, first_batch=2, warmup="deferred")
+    batches = engine.iter_render(source, motion)
+    for _ in range(3):
+        next(batches)
+        assert not engine._warmups  # no compile while the clip renders
+    assert next(batches, None) is None  # the clip is out: now the compile starts
+    assert list(engine._warmups) == [(True, 4)] and engine.stats.eager_batches == 3
+    assert not engine.compiled_ready()
+    got = engine.render(source, motion).images  # the compile still running: eager again
+    assert rel_l2(got, expected) < 1e-6 and engine.stats.graph_batches == 0
+    gate.set()
+    assert engine._warmups[(True, 4)].ready.wait(timeout=30) and engine.compiled_ready()
+    got = engine.render(source, motion).images
+    assert rel_l2(got, expected) < 1e-6 and engine.stats.graph_batches == 2
+    assert calls == ["ditto-engine-warmup", threading.current_thread().name, threading.current_thread().name]
+
+
 def test_a_short_last_stretch_renders_eagerly_in_first_batch_pieces(gated_compile):
     """13 frames, batches of 8, first batch 2: 2 eager, 8 through the graph, and the 3 left (at
     most half a batch) eagerly as 2 + 1 instead of a padded graph batch of 8; the same frames."""
@@ -768,7 +792,7 @@ def test_background_compile_failure_falls_back_to_eager_and_says_why(failing_com
 
 
 def test_unknown_warmup_mode_is_refused():
-    with pytest.raises(InputError, match="warmup must be one of foreground, background"):
+    with pytest.raises(InputError, match="warmup must be one of foreground, background, deferred"):
         WarpDecodeEngine(*toy_networks(), warmup="lazy")
 
 

@@ -9,7 +9,7 @@ or fails, the same function runs eagerly, announced once. Where it compiles, the
 mask conv and its two trilinear samplings also run as Triton kernels of ours
 (:mod:`ditto_core.models.triton_kernels`).
 
-Two ways to get the compiled graph (``warmup``):
+Ways to get the compiled graph (``warmup``):
 
 * ``"foreground"``: the first full batch compiles it (``mode="reduce-overhead"``: CUDA graphs;
   under the ``cudaMallocAsync`` allocator, ComfyUI's default, which torch's graph trees do not
@@ -20,6 +20,10 @@ Two ways to get the compiled graph (``warmup``):
   switch to the graph once it is ready. A new process then delivers frames at once instead of
   after the compile, and a clip too short to repay a compile never waits for one.
   :meth:`WarpDecodeEngine.start_warmup` starts it early (when the models load).
+* ``"deferred"``: as ``"background"``, but the compile starts when a clip has been rendered, not
+  before: the first clip of a process renders eagerly with the GPU and the interpreter to itself
+  (no compile thread competing for either), and the compile runs while the process waits for its
+  next clip (ComfyUI between prompts), whose batches switch to the graph once it is ready.
 * ``"aot"``: the graph comes from an AOTInductor package in the user cache
   (:mod:`.aot_package`), built on first need (the caller waiting) and loaded in milliseconds by
   every later process; on CUDA it is replayed from a CUDA graph. ``"aot_cached"`` uses a package
@@ -70,7 +74,7 @@ log = logging.getLogger(__name__)
 # measured yet and keeps a conservative estimate.
 _BYTES_PER_FRAME = {torch.float32: 620 << 20, torch.float16: 310 << 20, torch.bfloat16: 310 << 20}
 MAX_BATCH = 32
-WARMUP_MODES = ("foreground", "background", "aot", "aot_cached")
+WARMUP_MODES = ("foreground", "background", "deferred", "aot", "aot_cached")
 # Ditto's feature volume per source frame: (channels, depth, height, width).
 VOLUME_SHAPE = (32, 16, 64, 64)
 # The decoder's output side is this multiple of the feature volume's side (64 -> 512).
@@ -306,7 +310,8 @@ class WarpDecodeEngine(nn.Module):
     # -- background compile --------------------------------------------------------------
 
     def start_warmup(self, shared_volume: bool = True, volume_shape: tuple[int, ...] = VOLUME_SHAPE) -> None:
-        """Compile the graph for the current batch size in a background thread (``"background"`` only).
+        """Compile the graph for the current batch size in a background thread (``"background"`` and
+        ``"deferred"`` only).
 
         ``shared_volume``: the graph for an image source (one feature volume for every frame);
         ``False``: for a video source (one volume per frame). Idempotent per shape. Where VRAM
@@ -316,7 +321,7 @@ class WarpDecodeEngine(nn.Module):
             self._package_ready(shared_volume, volume_shape)  # a cached package loads in the caller's time
             return
         key = (shared_volume, self.batch_size)
-        if not self.stats.compiled or self.warmup != "background" or key in self._warmups:
+        if not self.stats.compiled or self.warmup not in ("background", "deferred") or key in self._warmups:
             return
         warm = self._warmups[key] = _Warmup()
         if self._room_for_two_batches():
@@ -385,7 +390,8 @@ class WarpDecodeEngine(nn.Module):
             return False
         if self.warmup == "foreground":
             return self.stats.compiled
-        self.start_warmup(shared_volume, volume_shape)
+        if self.warmup == "background":
+            self.start_warmup(shared_volume, volume_shape)
         warm = self._warmups.get((shared_volume, self.batch_size))
         if warm is None or not warm.ready.is_set():
             return False
@@ -440,7 +446,7 @@ class WarpDecodeEngine(nn.Module):
             return False
         if self._aot:
             return any(package is not None for package in self._packages.values())
-        if self.warmup == "background":
+        if self.warmup in ("background", "deferred"):
             warm = self._warmups.get((shared_volume, self.batch_size))
             return warm is not None and warm.ready.is_set() and warm.error is None
         return self._compiled_before(shared_volume)
@@ -516,6 +522,8 @@ class WarpDecodeEngine(nn.Module):
             yield start, images
             start = rows.stop
             report(progress, start, total)
+        if self.warmup == "deferred":  # the clip is out: compile while the caller waits for the next
+            self.start_warmup(shared_volume, tuple(f_s.shape[1:]))
 
     def render(
         self, source: SourceInfo, motion: MotionSequence, progress: Optional[ProgressCallback] = None
