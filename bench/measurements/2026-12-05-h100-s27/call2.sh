@@ -1,8 +1,11 @@
 #!/bin/bash
-# Session 27, call 2 (what device time was left after call 1): the GPU test under ComfyUI's
-# allocator again (call 1's failed on cuDNN's TF32 rounding of random inputs, 3.8e-4; now plain
-# fp32), then Publish Live Avatar streaming from a real ComfyUI on the GPU with its own defaults
-# (tests/test_comfyui_live.py with COMFYUI_GPU=1, that test only). Carry [".whl", ".carry"].
+# Session 27, calls 2-4 (the device time left after call 1), `bash call2.sh <seconds>`: the GPU
+# test under ComfyUI's allocator again (call 1's failed on cuDNN's TF32 rounding of random
+# inputs, 3.8e-4; now plain fp32), then Publish Live Avatar streaming from a real ComfyUI on the
+# GPU with its own defaults (tests/test_comfyui_live.py with COMFYUI_GPU=1, that test only).
+# Call 2 ran it as first written (ComfyUI exited: the device has no front-end package); calls 3
+# and 4 ran the test part alone, with the empty front-end root below (call 3 with the test's
+# models still on the CPU, call 4 on ComfyUI's device). Carry [".whl", ".carry"].
 set -u
 START=$(date +%s); T0=$SECONDS
 . bench/measurements/2026-12-04-h200-s19/preamble.sh
