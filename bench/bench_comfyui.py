@@ -172,7 +172,7 @@ async def _queue_and_wait(url: str, prompt: dict, timeout: float) -> dict[str, A
                     break
         async with session.get(f"{url}/history/{prompt_id}") as response:
             history = (await response.json()).get(prompt_id, {})
-    return {"events": events, "history": history}
+    return {"events": events, "history": history, "requested_at": start}
 
 
 def timeline(events: list[tuple[float, str, dict]], classes: dict[str, str]) -> dict[str, Any]:
@@ -215,6 +215,7 @@ def run_prompt(server: Server, prompt: dict, timeout: float) -> dict[str, Any]:
         return got
     classes = {k: v["class_type"] for k, v in prompt.items()}
     result = timeline(got["events"], classes)
+    result["requested_at"] = got["requested_at"]
     result["node_records"] = {f"{node}:{classes.get(node, '?')}": output["ditto_stats"][0]  # the nodes' own timers
                               for node, output in got["history"].get("outputs", {}).items() if output.get("ditto_stats")}
     mp4 = _saved_mp4(got["history"], server.base)
@@ -337,6 +338,8 @@ def _print_table(result: dict[str, Any]) -> None:
                 if "engine" in record:
                     engine = record["engine"]
                     parts.append(f"engine {engine['warmup']}: graph {engine['graph_batches']} eager {engine['eager_batches']}")
+                    if engine.get("compiled_at") and "requested_at" in state:  # < 0: compiled during this prompt
+                        parts.append(f"compiled {state['requested_at'] - engine['compiled_at']:.1f} s before the request")
             if state.get("all_wall_s"):
                 parts.append("every launch " + " ".join(f"{v:.2f}" for v in state["all_wall_s"]))
             print(f"{pack:<10} {name:<13} {state['wall_s']:7.2f}  {', '.join(parts)}")

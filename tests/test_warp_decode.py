@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -735,11 +736,13 @@ def test_deferred_warmup_compiles_only_once_a_clip_is_rendered(gated_compile):
         assert not engine._warmups  # no compile while the clip renders
     assert next(batches, None) is None  # the clip is out: now the compile starts
     assert list(engine._warmups) == [(True, 4)] and engine.stats.eager_batches == 3
-    assert not engine.compiled_ready()
+    assert not engine.compiled_ready() and engine.stats.compiled_at is None
     got = engine.render(source, motion).images  # the compile still running: eager again
     assert rel_l2(got, expected) < 1e-6 and engine.stats.graph_batches == 0
+    opened = time.time()
     gate.set()
     assert engine._warmups[(True, 4)].ready.wait(timeout=30) and engine.compiled_ready()
+    assert opened <= engine.stats.compiled_at <= time.time()  # when it became ready, for the benchmark
     got = engine.render(source, motion).images
     assert rel_l2(got, expected) < 1e-6 and engine.stats.graph_batches == 2
     assert calls == ["ditto-engine-warmup", threading.current_thread().name, threading.current_thread().name]

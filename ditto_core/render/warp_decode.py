@@ -120,6 +120,7 @@ class EngineStats:
     batch_size: int  # frames per call now (halved after each out-of-memory retry)
     reason_eager: str = ""  # why the eager path runs, when it does
     compile_seconds: Optional[float] = None  # first compiled call: tracing + Inductor (or its cache)
+    compiled_at: Optional[float] = None  # when that call returned (time.time()): was it ready for a request?
     triton_kernels: int = 0  # warp-network layers running Triton kernels of ours (0: PyTorch's ops; why below)
     reason_pytorch: str = ""
     warmup: str = "foreground"  # how the graph is compiled (see WARMUP_MODES)
@@ -472,7 +473,7 @@ class WarpDecodeEngine(nn.Module):
         if first:
             if out.is_cuda:
                 torch.cuda.synchronize(out.device)  # once per engine, to time the compile honestly
-            self.stats.compile_seconds = time.perf_counter() - start
+            self.stats.compile_seconds, self.stats.compiled_at = time.perf_counter() - start, time.time()
             log.info("Ditto warp+decode compiled in %.1f s (batch %d)", self.stats.compile_seconds, self.batch_size)
         return out
 
