@@ -83,7 +83,8 @@ def _default_builder(handle: ModelHandle) -> PipelineBuilder:
     # mode needs none, and Register Avatar asks for them when it detects. Under ComfyUI's
     # cudaMallocAsync allocator the compiled step has no CUDA graphs whichever way it is made, so
     # the first prompt of a process renders eagerly and the compile runs after it ("deferred"):
-    # a new ComfyUI never makes a prompt wait for a compile.
+    # no prompt of a new ComfyUI waits for a compile (on a GPU too small to run the compile beside
+    # a render, it runs as the first prompt ends).
     warmup = "deferred" if uses_cuda_malloc_async(handle.torch_device) else "foreground"
     return lambda: DittoPipeline.from_model_dir(
         handle.model_dir, handle.torch_device, handle.dtype,

@@ -23,7 +23,8 @@ Ways to get the compiled graph (``warmup``):
 * ``"deferred"``: as ``"background"``, but the compile starts when a clip has been rendered, not
   before: the first clip of a process renders eagerly with the GPU and the interpreter to itself
   (no compile thread competing for either), and the compile runs while the process waits for its
-  next clip (ComfyUI between prompts), whose batches switch to the graph once it is ready.
+  next clip (ComfyUI between prompts), whose batches switch to the graph once it is ready. Where
+  VRAM cannot hold a compile's batch beside a render, it runs as the first clip ends instead.
 * ``"aot"``: the graph comes from an AOTInductor package in the user cache
   (:mod:`.aot_package`), built on first need (the caller waiting) and loaded in milliseconds by
   every later process; on CUDA it is replayed from a CUDA graph. ``"aot_cached"`` uses a package
