@@ -340,6 +340,8 @@ def _print_table(result: dict[str, Any]) -> None:
                     parts.append(f"engine {engine['warmup']}: graph {engine['graph_batches']} eager {engine['eager_batches']}")
                     if engine.get("compiled_at") and "requested_at" in state:  # < 0: compiled during this prompt
                         parts.append(f"compiled {state['requested_at'] - engine['compiled_at']:.1f} s before the request")
+                if record.get("stages"):
+                    parts.append(" ".join(f"{name} {seconds:.2f}" for name, seconds in record["stages"].items()))
             if state.get("all_wall_s"):
                 parts.append("every launch " + " ".join(f"{v:.2f}" for v in state["all_wall_s"]))
             print(f"{pack:<10} {name:<13} {state['wall_s']:7.2f}  {', '.join(parts)}")

@@ -64,6 +64,7 @@ class DittoTalkingHead(io.ComfyNode):
         motion_options = replace(options or MotionOptions(), steps=steps, seed=seed)
         pipeline = REGISTRY.pipeline(models)
         stage = staged_progress(_STAGES)
+        pipeline.times.seconds.clear()  # this prompt's stages only, for the record below
         with timed_stage("Talking Head", pipeline.device) as timer:
             source = register_source(models, image, RegistrationOptions(detect_face=detect_face), True, stage(0))
             features = encode_speech(models, audio, stage(1))
@@ -76,7 +77,8 @@ class DittoTalkingHead(io.ComfyNode):
                 path, saved = output_file(filename_prefix, source.frames.shape[2], source.frames.shape[1])
                 pipeline.render_video(source, motion, path, audio=muxed, crf=crf, preset=preset,
                                       progress=stage(3), metadata=workflow_metadata(cls))
-        return io.NodeOutput(InputImpl.VideoFromFile(path), ui=saved_video_ui(saved, timer.ui(len(motion), pipeline.engine().stats)))
+        record = timer.ui(len(motion), pipeline.engine().stats, pipeline.times.seconds)
+        return io.NodeOutput(InputImpl.VideoFromFile(path), ui=saved_video_ui(saved, record))
 
 
 NODES = [DittoTalkingHead]

@@ -70,15 +70,19 @@ class StageTime:
     stage: str
     seconds: float = 0.0
 
-    def ui(self, frames: Optional[int] = None, engine: Optional["EngineStats"] = None) -> dict[str, list[dict]]:
-        """The node's UI output: ``{"ditto_stats": [{stage, seconds, frames, fps, engine}]}``
-        (``engine``: what the warp+decode engine did so far, for API clients and benchmarks)."""
+    def ui(self, frames: Optional[int] = None, engine: Optional["EngineStats"] = None,
+           stages: Optional[dict[str, float]] = None) -> dict[str, list[dict]]:
+        """The node's UI output: ``{"ditto_stats": [{stage, seconds, frames, fps, engine, stages}]}``
+        (``engine``: what the warp+decode engine did so far; ``stages``: seconds of each pipeline
+        stage this node ran; both for API clients and benchmarks)."""
         record: dict = {"stage": self.stage, "seconds": round(self.seconds, 4)}
         if frames is not None:
             record["frames"] = int(frames)
             record["fps"] = round(frames / self.seconds, 2) if self.seconds > 0 else None
         if engine is not None:
             record["engine"] = dataclasses.asdict(engine)
+        if stages is not None:
+            record["stages"] = {name: round(seconds, 4) for name, seconds in stages.items()}
         return {STATS_KEY: [record]}
 
 

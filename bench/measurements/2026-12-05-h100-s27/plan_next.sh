@@ -2,7 +2,8 @@
 # Prepared in session 27 for the next device session (not yet run): main's pack (ComfyUI's
 # deferred compile under cudaMallocAsync) in a real ComfyUI, three relaunches, so that the second
 # prompt's spread (2.56 / 1.66 s in session 27, both with every full batch on the compiled step)
-# shows with the engine's compiled_at beside each request ("compiled N s before the request").
+# shows with the engine's compiled_at beside each request ("compiled N s before the request")
+# and the all-in-one node's stages (register, audio features, motion, render, finalize).
 # Then the live avatar's one-stream latency under ComfyUI's allocator (bench_live in a process
 # started with its setting), which no run has measured. Carry [".whl", ".carry"].
 set -u
