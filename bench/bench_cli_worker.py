@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from .bench_time_to_video import REPO, add_input_arguments, cache_env, ensure_models, speech_variants
+from .bench_time_to_video import REPO, add_input_arguments, cache_env, ensure_models, goal_verdict, speech_variants
 
 GOALS = {"own_process.median_s": 5.0, "worker.median_s": 5.0}
 
@@ -116,7 +116,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     for key, goal in GOALS.items():
         variant, metric = key.split(".")
         got = result.get(variant, {}).get(metric)
-        print(f"goal {key} <= {goal}: {got} ({'n/a' if got is None else 'met' if got <= goal else 'NOT met'})")
+        print(f"goal {key} <= {goal}: {got} ({goal_verdict(got, goal)})")
     print(json.dumps({k: v for k, v in result.items() if k not in ("config", "worker_log_tail")}, indent=1)[:6000])
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -49,7 +49,7 @@ from typing import Any, Optional
 
 from ditto_core.signals import exit_status, terminate_as_interrupt
 
-from .bench_time_to_video import REPO, add_input_arguments, cache_env, ensure_models, speech_variants
+from .bench_time_to_video import REPO, add_input_arguments, cache_env, ensure_models, goal_verdict, speech_variants
 
 GOALS = {"warm_process.wall_s": ("<=", 1.5), "warm_queued.wall_s": ("<=", 1.5), "new_process.wall_s": ("<=", 5.0),
          "first_ever.wall_s": ("<=", 30.0)}
@@ -358,11 +358,7 @@ def goal_verdicts(states: dict[str, Any]) -> dict[str, tuple[str, float, Optiona
         name, metric = key.split(".")
         state = states.get(name, {})
         got = state.get(metric)
-        if "error" in state:
-            verdict = "failed"
-        else:
-            verdict = "n/a" if got is None else ("met" if got <= goal else "NOT met")
-        verdicts[key] = (op, goal, got, verdict)
+        verdicts[key] = (op, goal, got, goal_verdict(got, goal, "error" in state))
     return verdicts
 
 

@@ -298,10 +298,18 @@ def _print_table(result: dict[str, Any]) -> None:
                 text = "every child: " + ", ".join(f"{v:.2f}" for v in state["all_wall_s"] if v is not None) + "; " + text
             print(f"{clip:<10} {name:<14} {state['wall_s']:8.2f}  {text}")
     for key, (op, goal) in GOALS.items():
-        clip, state, metric = key.split(".")
-        got = result["clips"].get(clip, {}).get(state, {}).get(metric)
-        verdict = "n/a" if got is None else ("met" if got <= goal else "NOT met")
-        print(f"goal {key} {op} {goal}: {got if got is None else round(got, 2)} ({verdict})")
+        clip, name, metric = key.split(".")
+        state = result["clips"].get(clip, {}).get(name, {})
+        got = state.get(metric)
+        print(f"goal {key} {op} {goal}: {got if got is None else round(got, 2)} ({goal_verdict(got, goal, 'error' in state)})")
+
+
+def goal_verdict(got: Optional[float], goal: float, failed: bool = False) -> str:
+    """A "<=" goal's verdict: "failed" for a run that raised, whatever its time (an error can come
+    fast), "n/a" where nothing was measured, else "met" or "NOT met"."""
+    if failed:
+        return "failed"
+    return "n/a" if got is None else ("met" if got <= goal else "NOT met")
 
 
 def ensure_models(args: argparse.Namespace) -> None:
