@@ -76,6 +76,7 @@ log = logging.getLogger(__name__)
 _BYTES_PER_FRAME = {torch.float32: 620 << 20, torch.float16: 310 << 20, torch.bfloat16: 310 << 20}
 MAX_BATCH = 32
 WARMUP_MODES = ("foreground", "background", "deferred", "aot", "aot_cached")
+_THREAD_WARMUPS = ("background", "deferred")  # the modes whose compile runs in a thread of its own
 # Ditto's feature volume per source frame: (channels, depth, height, width).
 VOLUME_SHAPE = (32, 16, 64, 64)
 # The decoder's output side is this multiple of the feature volume's side (64 -> 512).
@@ -323,7 +324,7 @@ class WarpDecodeEngine(nn.Module):
             self._package_ready(shared_volume, volume_shape)  # a cached package loads in the caller's time
             return
         key = (shared_volume, self.batch_size)
-        if not self.stats.compiled or self.warmup not in ("background", "deferred") or key in self._warmups:
+        if not self.stats.compiled or self.warmup not in _THREAD_WARMUPS or key in self._warmups:
             return
         warm = self._warmups[key] = _Warmup()
         if self._room_for_two_batches():
@@ -448,7 +449,7 @@ class WarpDecodeEngine(nn.Module):
             return False
         if self._aot:
             return any(package is not None for package in self._packages.values())
-        if self.warmup in ("background", "deferred"):
+        if self.warmup in _THREAD_WARMUPS:
             warm = self._warmups.get((shared_volume, self.batch_size))
             return warm is not None and warm.ready.is_set() and warm.error is None
         return self._compiled_before(shared_volume)
