@@ -402,6 +402,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = parser.parse_args(argv)
     if args.comfyui is None or not (args.comfyui / "main.py").is_file():
         parser.error("--comfyui (or $COMFYUI_DIR) must name a ComfyUI checkout (a folder with main.py)")
+    for flag in ("idle_before_warm", "linger_after_first"):  # checked before a server runs, not after its prompt
+        if getattr(args, flag) < 0:
+            parser.error(f"--{flag.replace('_', '-')} must be 0 or more seconds, got {getattr(args, flag)}")
     args.models.mkdir(parents=True, exist_ok=True)
     ensure_models(args)
     packs = dict(args.pack or [("main", REPO)])

@@ -48,6 +48,17 @@ def test_a_failed_prompt_never_meets_a_goal_however_fast_it_failed():
                    "warm_queued.wall_s": "n/a"}
 
 
+@pytest.mark.parametrize("flag", ["--linger-after-first", "--idle-before-warm"])
+def test_a_negative_wait_is_refused_by_its_flag_before_any_server_starts(tmp_path, capsys, flag):
+    from bench.bench_comfyui import main
+
+    (tmp_path / "main.py").write_text("")
+    with pytest.raises(SystemExit):
+        main(["--comfyui", str(tmp_path), "--models", str(tmp_path / "models"), flag, "-1"])
+    assert f"{flag} must be 0 or more seconds, got -1.0" in capsys.readouterr().err
+    assert not (tmp_path / "models").exists()  # refused before anything was made
+
+
 def test_the_queued_workflow_is_the_all_in_one_example_with_the_benchmarks_settings():
     prompt = workflow("all_in_one", "speech_b.wav", "cuda", "ultrafast", 20, 10)
     by_class = {node["class_type"]: node["inputs"] for node in prompt.values()}
