@@ -18,12 +18,17 @@ with a node per stage) as a client would:
   seconds after the first one finished, as a user presses Queue again (ComfyUI's housekeeping
   after the first prompt is over by then);
 * ``warm_queued``: a third, the second's speech with another seed (so only the nodes from the
-  motion on run again), queued the moment the second finished, as a client with a queue of jobs does.
+  motion on run again), queued the moment the second finished, as a client with a queue of jobs does;
+* ``warm_process_2``, ``warm_queued_2``, ...: with ``--warm-rounds`` above 1, more such pairs, each
+  round with the other speech (whether a slow second prompt is the first after the idle wait or
+  the first after the process's compile).
 
 Wall time runs from the ``POST /prompt`` to the ``execution_success`` message on the prompt's
 WebSocket (the MP4 is in place by then: it is checked), and is split by those messages into the
 wait before execution, each node, and the rest. Each state also reports the server's launch to
-ready time, the pack's import time as ComfyUI logged it, and the nodes' own timing records.
+ready time, the pack's import time as ComfyUI logged it, the nodes' own timing records, and the
+CPU time the server and the processes under it spent during the prompt; each pack's log is
+searched for known warnings (:data:`LOG_PATTERNS`).
 Several ``--pack NAME=DIR`` run side by side, relaunched in turn (so drift weighs on each alike).
 
     python3 -m bench.bench_comfyui --comfyui $COMFYUI --models $MODELS --hubert $HUBERT --out $OUT/comfyui.json
@@ -58,6 +63,12 @@ WORKFLOWS = {"all_in_one": REPO / "example_workflows" / "api" / "ditto_all_in_on
 """What ``--workflow`` queues: the all-in-one node, or the stage nodes (each stage's share then
 shows as its node's)."""
 PORTRAIT_NAME = "ditto_portrait.jpg"
+LOG_PATTERNS = {"captured_allocation_freed": "uncaptured free of a captured allocation",
+                "prompt_failed": "!!! Exception during processing"}
+"""Lines counted in each pack's server log (every launch's): PyTorch's warning when memory
+allocated while a CUDA graph was being recorded is freed outside it (under cudaMallocAsync, any
+thread's allocation during another thread's recording counts as the graph's), and ComfyUI's
+report of a failed node."""
 
 
 # ----------------------------------------------------------------------------- the server
@@ -128,6 +139,44 @@ class Server:
         return float(found[-1]) if found else None
 
 
+def process_tree_cpu(root: int) -> dict[int, tuple[float, int]]:
+    """CPU seconds (user + system) and thread count of ``root`` and every process under it, by
+    pid, from Linux's ``/proc`` (empty elsewhere, or when ``root`` is gone)."""
+    stats: dict[int, tuple[int, float, int]] = {}  # pid -> (parent, cpu s, threads)
+    try:
+        pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        try:
+            text = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        fields = text[text.rindex(")") + 2:].split()  # after the command name, which may hold spaces
+        stats[pid] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick, int(fields[17]))
+    if root not in stats:
+        return {}
+    tree, grew = {root}, True
+    while grew:
+        below = {pid for pid, (parent, _, _) in stats.items() if parent in tree} - tree
+        tree |= below
+        grew = bool(below)
+    return {pid: stats[pid][1:] for pid in tree}
+
+
+def cpu_during(before: dict[int, tuple[float, int]], after: dict[int, tuple[float, int]], root: int) -> dict[str, Any]:
+    """What the server and the processes under it spent between two :func:`process_tree_cpu`
+    readings: a prompt whose wall time grew beside busy children (a compile's workers, say)
+    shows it here. A child that ended in between is not counted."""
+    if root not in before or root not in after:
+        return {}
+    children = [pid for pid in after if pid != root]
+    return {"server_s": round(after[root][0] - before[root][0], 2), "server_threads": after[root][1],
+            "children": len(children),
+            "children_s": round(sum(after[pid][0] - before.get(pid, (0.0, 0))[0] for pid in children), 2)}
+
+
 def _get(url: str) -> Optional[dict]:
     import urllib.error
     import urllib.request
@@ -170,9 +219,21 @@ async def _queue_and_wait(url: str, prompt: dict, timeout: float) -> dict[str, A
                 events.append((time.time() - start, payload["type"], data))
                 if payload["type"] in ("execution_success", "execution_error", "execution_interrupted"):
                     break
-        async with session.get(f"{url}/history/{prompt_id}") as response:
-            history = (await response.json()).get(prompt_id, {})
+        history = await _history(session, url, prompt_id)
     return {"events": events, "history": history, "requested_at": start}
+
+
+async def _history(session: Any, url: str, prompt_id: str, timeout: float = 10.0) -> dict:
+    """The prompt's history entry. ComfyUI sends ``execution_success`` from its executor and
+    stores the history only after the executor returns, so a client asking at once may find none
+    yet (session 28: a prompt whose MP4 was written read as "no MP4 in the prompt's outputs")."""
+    deadline = time.time() + timeout
+    while True:
+        async with session.get(f"{url}/history/{prompt_id}") as response:
+            history = (await response.json()).get(prompt_id)
+        if history is not None or time.time() > deadline:
+            return history or {}
+        await asyncio.sleep(0.05)
 
 
 def timeline(events: list[tuple[float, str, dict]], classes: dict[str, str]) -> dict[str, Any]:
@@ -207,6 +268,8 @@ def run_prompt(server: Server, prompt: dict, timeout: float) -> dict[str, Any]:
 
     import aiohttp
 
+    pid = server.process.pid if server.process is not None else -1
+    before = process_tree_cpu(pid)
     try:
         got = asyncio.run(_queue_and_wait(server.url, prompt, timeout))
     except (aiohttp.ClientError, asyncio.TimeoutError) as error:  # the next launch may still run
@@ -216,6 +279,7 @@ def run_prompt(server: Server, prompt: dict, timeout: float) -> dict[str, Any]:
     classes = {k: v["class_type"] for k, v in prompt.items()}
     result = timeline(got["events"], classes)
     result["requested_at"] = got["requested_at"]
+    result["cpu"] = cpu_during(before, process_tree_cpu(pid), pid)
     result["node_records"] = {f"{node}:{classes.get(node, '?')}": output["ditto_stats"][0]  # the nodes' own timers
                               for node, output in got["history"].get("outputs", {}).items() if output.get("ditto_stats")}
     mp4 = _saved_mp4(got["history"], server.base)
@@ -298,11 +362,18 @@ def wait_for_builders(cache_root: Path, timeout: float) -> float:
     return time.time() - start
 
 
-LATER_PROMPTS = ("new_process", "warm_process", "warm_queued")
-"""The prompts of each relaunch, in order (see the module docstring)."""
+def later_prompts(rounds: int) -> list[str]:
+    """The states of each relaunch's prompts, in order (see the module docstring): the first
+    prompt, then per round one after the idle wait and one queued at once (``_2``, ``_3`` from
+    the second round on)."""
+    names = ["new_process"]
+    for round_ in range(1, rounds + 1):
+        suffix = "" if round_ == 1 else f"_{round_}"
+        names += [f"warm_process{suffix}", f"warm_queued{suffix}"]
+    return names
 
 
-def summarise(first: dict, later: list[dict]) -> dict[str, Any]:
+def summarise(first: dict, later: list[dict], rounds: int = 1) -> dict[str, Any]:
     """The first-ever launch's prompt; of the relaunches, the one with the median first prompt
     (its later prompts are the warm ones), every relaunch's times beside it."""
     def state(run: dict, index: int) -> dict[str, Any]:
@@ -316,7 +387,7 @@ def summarise(first: dict, later: list[dict]) -> dict[str, Any]:
     done = sorted(later, key=first_wall)
     median = done[(len(done) - 1) // 2] if done else first
     states = {"first_ever": state(first, 0)}
-    for index, name in enumerate(LATER_PROMPTS):
+    for index, name in enumerate(later_prompts(rounds)):
         states[name] = state(median, index)
         states[name]["all_wall_s"] = [run["prompts"][index].get("wall_s") for run in later if len(run["prompts"]) > index]
     return states
@@ -342,12 +413,24 @@ def _print_table(result: dict[str, Any]) -> None:
                         parts.append(f"compiled {state['requested_at'] - engine['compiled_at']:.1f} s before the request")
                 if record.get("stages"):
                     parts.append(" ".join(f"{name} {seconds:.2f}" for name, seconds in record["stages"].items()))
+            if state.get("cpu"):
+                cpu = state["cpu"]
+                parts.append(f"cpu server {cpu['server_s']:.2f} s ({cpu['server_threads']} threads), children "
+                             f"{cpu['children']} ({cpu['children_s']:.2f} s)")
             if state.get("all_wall_s"):
                 parts.append("every launch " + " ".join(f"{v:.2f}" for v in state["all_wall_s"]))
             print(f"{pack:<10} {name:<13} {state['wall_s']:7.2f}  {', '.join(parts)}")
+    for pack, counts in result.get("log_counts", {}).items():
+        print(f"log {pack}: " + ", ".join(f"{name} {count}" for name, count in counts.items()))
     for pack, states in result["packs"].items():
         for key, (op, goal, got, verdict) in goal_verdicts(states).items():
             print(f"goal {pack}: {key} {op} {goal}: {got if got is None else round(got, 2)} ({verdict})")
+
+
+def log_counts(text: str) -> dict[str, int]:
+    """How many lines of a server log hold each of :data:`LOG_PATTERNS`."""
+    lines = text.splitlines()
+    return {name: sum(pattern in line for line in lines) for name, pattern in LOG_PATTERNS.items()}
 
 
 def goal_verdicts(states: dict[str, Any]) -> dict[str, tuple[str, float, Optional[float], str]]:
@@ -391,6 +474,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--idle-before-warm", type=float, default=2.0,
                         help="seconds between the first prompt's end and the second's request (ComfyUI collects "
                              "garbage right after a prompt; a queue of prompts would wait for that)")
+    parser.add_argument("--warm-rounds", type=int, default=1,
+                        help="rounds of (a prompt after --idle-before-warm, one queued at once) per relaunch, each "
+                             "with the other speech than the round before (the goals are the first round's)")
     parser.add_argument("--linger-after-first", type=float, default=0.0,
                         help="seconds the first-ever server stays up after its prompt, as a user's ComfyUI does "
                              "(a compile started after a prompt is done and cached by then)")
@@ -405,6 +491,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     for flag in ("idle_before_warm", "linger_after_first"):  # checked before a server runs, not after its prompt
         if getattr(args, flag) < 0:
             parser.error(f"--{flag.replace('_', '-')} must be 0 or more seconds, got {getattr(args, flag)}")
+    if args.warm_rounds < 1:
+        parser.error(f"--warm-rounds must be 1 or more, got {args.warm_rounds}")
     args.models.mkdir(parents=True, exist_ok=True)
     ensure_models(args)
     packs = dict(args.pack or [("main", REPO)])
@@ -422,7 +510,13 @@ def main(argv: Optional[list[str]] = None) -> None:
         def prompt(speech: Path, seed: int = 0) -> dict:
             return workflow(args.workflow, speech.name, args.device, args.preset, args.crf, args.steps, seed)
 
-        prompts = [prompt(speeches[0]), prompt(speeches[1]), prompt(speeches[1], seed=1)]
+        # Round r speaks the other speech than round r - 1 (round 1: than the first prompt), so its
+        # first prompt reloads the audio as a user's next job does; its queued prompt keeps it.
+        prompts, idles = [prompt(speeches[0])], [0.0]
+        for round_ in range(args.warm_rounds):
+            speech = speeches[1 - round_ % 2]
+            prompts += [prompt(speech, seed=2 * round_), prompt(speech, seed=2 * round_ + 1)]
+            idles += [args.idle_before_warm, 0.0]
         bases = {name: work / f"base_{name}" for name in packs}
         firsts, later = {}, {name: [] for name in packs}
         for name, folder in packs.items():
@@ -431,13 +525,14 @@ def main(argv: Optional[list[str]] = None) -> None:
                                             args.linger_after_first)
         for _ in range(args.repeats):
             for name in packs:
-                later[name].append(launch_and_queue(args, bases[name], bases[name] / "caches", prompts,
-                                                    [0.0, args.idle_before_warm, 0.0]))
-                result["packs"][name] = summarise(firsts[name], later[name])
+                later[name].append(launch_and_queue(args, bases[name], bases[name] / "caches", prompts, idles))
+                result["packs"][name] = summarise(firsts[name], later[name], args.warm_rounds)
                 if args.out:  # after every launch: a run stopped by its time limit keeps what it measured
                     args.out.parent.mkdir(parents=True, exist_ok=True)
                     args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
-        result["log_tails"] = {name: (bases[name] / "comfyui.log").read_text(errors="replace")[-3000:] for name in packs}
+        logs = {name: (bases[name] / "comfyui.log").read_text(errors="replace") for name in packs}
+        result["log_tails"] = {name: text[-3000:] for name, text in logs.items()}
+        result["log_counts"] = {name: log_counts(text) for name, text in logs.items()}
     result["goals"] = {k: {"op": op, "value": v} for k, (op, v) in GOALS.items()}
     result["verdicts"] = {pack: {k: v[3] for k, v in goal_verdicts(states).items()} for pack, states in result["packs"].items()}
     _print_table(result)

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -162,7 +163,7 @@ def test_the_benchmark_times_each_state_of_a_real_comfyui(tmp_path, reference_di
     models = tmp_path / "models"
     given = os.environ.get("DITTO_TEST_CKPT_DIR")
     args = ["--models", str(models), "--device", "cpu", "--stub-hubert", "--max-seconds", "0.2", "--repeats", "1",
-            "--idle-before-warm", "0.5", "--linger-after-first", "0.5", "--image", str(example_dir / "portrait.jpg"),
+            "--idle-before-warm", "0.5", "--linger-after-first", "0.5", "--warm-rounds", "2", "--image", str(example_dir / "portrait.jpg"),
             "--audio", str(example_dir / "speech_24k_mono.wav"), "--out", str(tmp_path / "out.json"),
             "--comfyui-python", os.environ.get("COMFYUI_PYTHON", sys.executable)]
     if given:
@@ -192,3 +193,96 @@ def test_the_benchmark_times_each_state_of_a_real_comfyui(tmp_path, reference_di
     assert set(states["warm_process"]["nodes_s"]) == {"3:LoadAudio", "4:DittoTalkingHead"}
     assert states["warm_queued"]["cached"] == ["1:DittoLoadModels", "2:LoadImage", "3:LoadAudio"]
     assert set(states["warm_queued"]["nodes_s"]) == {"4:DittoTalkingHead"}
+    # The second round speaks the first prompt's speech again: its audio is loaded anew.
+    assert states["warm_process_2"]["cached"] == ["1:DittoLoadModels", "2:LoadImage"]
+    assert states["warm_queued_2"]["cached"] == ["1:DittoLoadModels", "2:LoadImage", "3:LoadAudio"]
+    for name, state in states.items():
+        assert state["cpu"]["server_s"] > 0 and state["cpu"]["server_threads"] > 1, (name, state["cpu"])
+    assert result["log_counts"]["main"] == {"captured_allocation_freed": 0, "prompt_failed": 0}
+
+
+def test_each_relaunch_names_its_prompts_round_by_round():
+    from bench.bench_comfyui import later_prompts
+
+    assert later_prompts(1) == ["new_process", "warm_process", "warm_queued"]
+    assert later_prompts(3)[3:] == ["warm_process_2", "warm_queued_2", "warm_process_3", "warm_queued_3"]
+
+
+def test_the_cpu_of_a_servers_children_is_counted_and_a_gone_server_gives_nothing():
+    import subprocess
+
+    from bench.bench_comfyui import cpu_during, process_tree_cpu
+
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("reads Linux's /proc")
+    # A parent (the "server") that starts a child burning CPU for a while, then both sleep.
+    parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.6: pass\\ntime.sleep(60)"])
+        time.sleep(60)
+    """)])
+    try:
+        before = process_tree_cpu(parent.pid)
+        assert parent.pid in before
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            after = process_tree_cpu(parent.pid)
+            got = cpu_during(before, after, parent.pid)
+            if got["children_s"] >= 0.5:
+                break
+            time.sleep(0.1)
+        assert got["children"] == 1 and got["children_s"] >= 0.5, got
+        assert got["server_s"] < 0.5 and got["server_threads"] >= 1, got  # the parent itself only sleeps
+    finally:
+        for process in process_tree_cpu(parent.pid):
+            if process != parent.pid:
+                os.kill(process, 9)
+        parent.kill()
+        parent.wait()
+    assert process_tree_cpu(parent.pid) == {}
+    assert cpu_during(before, {}, parent.pid) == {}
+
+
+def test_known_warnings_are_counted_line_by_line_in_a_servers_log():
+    from bench.bench_comfyui import log_counts
+
+    text = ("[W1205 CUDAMallocAsyncAllocator.cpp:301] Warning: Attempting uncaptured free of a captured allocation with"
+            " address 0x1\nThis is technically allowed\n/torch/nn/modules/conv.py:718: UserWarning: Attempting "
+            "uncaptured free of a captured allocation with address 0x2\nPrompt executed in 5.63 seconds\n")
+    assert log_counts(text) == {"captured_allocation_freed": 2, "prompt_failed": 0}
+    assert log_counts("!!! Exception during processing !!! no face\n") == {"captured_allocation_freed": 0,
+                                                                          "prompt_failed": 1}
+
+
+def test_the_history_is_asked_again_until_comfyui_has_stored_the_prompt():
+    """ComfyUI reports success before it stores the prompt's history: session 28 read an empty
+    history once and called a prompt that had written its MP4 a failure."""
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+
+    from bench.bench_comfyui import _history
+
+    asked = []
+
+    async def history(request: web.Request) -> web.Response:
+        asked.append(request.match_info["id"])
+        return web.json_response({} if len(asked) < 3 else {"p1": {"outputs": {"4": {}}}})
+
+    async def run() -> dict:
+        app = web.Application()
+        app.router.add_get("/history/{id}", history)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            async with aiohttp.ClientSession() as session:
+                return await _history(session, f"http://127.0.0.1:{port}", "p1")
+        finally:
+            await runner.cleanup()
+
+    assert asyncio.run(run()) == {"outputs": {"4": {}}}
+    assert asked == ["p1"] * 3
