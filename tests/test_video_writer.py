@@ -377,3 +377,23 @@ def test_scratch_segments_are_not_sent_to_the_disk(tmp_path, monkeypatch):
     # The joined file (opened before any segment, so no segment reuses its inode) and no other.
     assert inodes and set(inodes) == {target.stat().st_ino}
     assert probe(target)["frames"].shape[0] == 40
+
+
+def test_the_time_the_producer_waits_for_the_encoders_is_measured(tmp_path, monkeypatch):
+    """The render's share held back by x264 (the pipeline's ``render_encoder_wait``): none while
+    the pool has free buffers, the encoder's delay once every buffer is in flight."""
+    original = VideoWriter._encode_chunk
+
+    def slow(self, encoder, chunk):
+        time.sleep(0.1)
+        original(self, encoder, chunk)
+
+    with VideoWriter(tmp_path / "fast.mp4", width=64, height=64, queue_frames=8) as writer:
+        writer.write(gradient_frames(8, 64, 64))  # two chunks: the pool's two buffers, new
+        assert writer.waited_for_encoders == 0.0
+    monkeypatch.setattr(VideoWriter, "_encode_chunk", slow)
+    with VideoWriter(tmp_path / "slow.mp4", width=64, height=64, queue_frames=8) as writer:
+        for _ in range(6):  # six chunks through two buffers, each held 0.1 s by the encoder
+            writer.write(gradient_frames(4, 64, 64))
+        assert 0.25 < writer.waited_for_encoders < 1.0, writer.waited_for_encoders
+    assert probe(tmp_path / "slow.mp4")["frames"].shape[0] == 24

@@ -212,6 +212,9 @@ class VideoWriter:
         # tail): the encoders finishing what was queued, then with one encoder x264's flush and
         # the file's publishing, and the heap trim on leaving the ``with`` block.
         self.finish_seconds: dict[str, float] = {}
+        # Seconds write() waited for a free buffer, all of them in flight: how long the producer
+        # was held back by the encoders (a render slower than its GPU work shows it here).
+        self.waited_for_encoders = 0.0
 
         # One encoder writes the whole file, opened by its thread as it starts: the caller renders
         # its first frames meanwhile instead of waiting for x264 to set up its threads.
@@ -312,9 +315,11 @@ class VideoWriter:
         if self._pool_created < self._pool_size:
             self._pool_created += 1
             return torch.empty(size, dtype=torch.uint8, pin_memory=pinned)
+        start = time.perf_counter()
         while True:
             try:
                 buffer = self._free.get(timeout=_POLL_SECONDS)
+                self.waited_for_encoders += time.perf_counter() - start
             except queue.Empty:
                 self._ensure_usable()
                 if not all(thread.is_alive() for thread in self._threads):
