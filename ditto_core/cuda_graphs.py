@@ -8,10 +8,45 @@ copies new inputs in and returns those outputs, which the next replay overwrites
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+import contextlib
+import threading
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch import Tensor
+
+from .compilation import uses_cuda_malloc_async
+
+_side_work = 0  # beside_captures() blocks running now, on any thread
+_side_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def beside_captures() -> Iterator[None]:
+    """Mark the block as GPU work of a background thread (a priming run, a compile's warm-up).
+
+    PyTorch's native allocator tells a recording's allocations from other streams' and leaves
+    other threads alone. Its ``cudaMallocAsync`` backend (ComfyUI's default) keeps one flag for
+    the whole process instead: whatever another thread allocates while a graph is being recorded
+    is counted as the recording's, and freeing it later prints a warning per tensor ("Attempting
+    uncaptured free of a captured allocation"; a real ComfyUI's first prompt printed dozens, the
+    LMDM window recorded beside the warp+decode priming). Owners that can put a recording off ask
+    :func:`quiet_for_capture` first.
+    """
+    global _side_work
+    with _side_lock:
+        _side_work += 1
+    try:
+        yield
+    finally:
+        with _side_lock:
+            _side_work -= 1
+
+
+def quiet_for_capture(device: torch.device) -> bool:
+    """Whether a graph recorded on ``device`` now would leave other threads' memory alone: always
+    under the native allocator; under ``cudaMallocAsync`` while no :func:`beside_captures` block runs."""
+    return _side_work == 0 or not uses_cuda_malloc_async(device)
 
 
 def _tensors(value: Any) -> list[Tensor]:

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 import torch
 
+from .cuda_graphs import beside_captures
 from .gil_turns import short_gil_turns
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ class Priming:
 
         def run() -> None:
             try:
-                with torch.inference_mode(), short_gil_turns():
+                with torch.inference_mode(), short_gil_turns(), beside_captures():
                     work()
                     if device.type == "cuda":
                         torch.cuda.current_stream(device).synchronize()

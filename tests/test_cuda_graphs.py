@@ -1,4 +1,5 @@
-"""CUDA graphs of two owners replayed at once (``ditto_core.cuda_graphs``; GPU only, marked).
+"""CUDA graphs (``ditto_core.cuda_graphs``): two owners replayed at once, and recordings put off
+while background threads allocate under ``cudaMallocAsync`` (GPU tests marked).
 
 A live runtime replays its HuBERT graphs and its LMDM graphs on two streams at the same time;
 both were recorded on one thread. cuBLAS hands each (thread, stream) pair a workspace that a
@@ -7,15 +8,50 @@ partial sums when they overlap: each owner records on a stream of its own.
 """
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 import torch
 
-from ditto_core.cuda_graphs import CapturedCall
+from ditto_core import cuda_graphs
+from ditto_core.cuda_graphs import CapturedCall, beside_captures, quiet_for_capture
 
-pytestmark = pytest.mark.gpu
+REPO = Path(__file__).resolve().parents[1]
 REPLAYS = 150
+
+
+def test_recordings_wait_for_background_work_only_under_cuda_malloc_async(monkeypatch):
+    cuda = torch.device("cuda")
+    entered, leave = threading.Event(), threading.Event()
+
+    def background():
+        with beside_captures():
+            entered.set()
+            assert leave.wait(10)
+
+    monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: True)
+    assert quiet_for_capture(cuda)
+    thread = threading.Thread(target=background)
+    thread.start()
+    try:
+        assert entered.wait(10)
+        assert not quiet_for_capture(cuda)  # another thread's block counts, wherever it runs
+        monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: False)
+        assert quiet_for_capture(cuda)  # the native allocator keeps a recording's memory apart
+        monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: True)
+    finally:
+        leave.set()
+        thread.join()
+    assert quiet_for_capture(cuda)
+    with pytest.raises(RuntimeError):  # a block that raises is left all the same
+        with beside_captures():
+            raise RuntimeError("priming failed")
+    assert quiet_for_capture(cuda)
 
 
 def _chain(weight):
@@ -26,6 +62,7 @@ def _chain(weight):
     return run
 
 
+@pytest.mark.gpu
 def test_graphs_of_two_owners_replayed_at_once_from_two_threads_stay_exact():
     g = torch.Generator(device="cuda").manual_seed(0)
     weights = [torch.randn(4096, 4096, device="cuda", dtype=torch.half, generator=g) / 64 for _ in range(2)]
@@ -56,6 +93,7 @@ def test_graphs_of_two_owners_replayed_at_once_from_two_threads_stay_exact():
         assert differing == 0, f"owner {k}: {differing} of {REPLAYS} concurrent replays differ from its replay alone"
 
 
+@pytest.mark.gpu
 def test_a_graph_stays_exact_after_later_recordings_and_a_full_allocator():
     """The capture stream's cuBLAS workspace is made inside the first recording (the graph's own
     pool): had the warm-up made it in the ordinary pool, a later recording would clear it and the
@@ -74,3 +112,66 @@ def test_a_graph_stays_exact_after_later_recordings_and_a_full_allocator():
     torch.cuda.synchronize()
     assert all(bool((f == 7.0).all()) for f in filler), "a replay wrote into memory the allocator handed out"
     assert torch.equal(got, expected)
+
+
+BESIDE_A_RECORDING = """
+import contextlib, json, sys, threading, warnings
+import torch
+from ditto_core.cuda_graphs import beside_captures
+from ditto_core.models.keypoints import MOTION_DIM
+from ditto_core.models.lmdm import LMDM, WINDOW
+from ditto_core.motion.lmdm_sampler import DDIMSampler
+from tests.parity import rel_l2
+
+warnings.simplefilter("always")  # every such warning, not the first per line
+lmdm = LMDM().cuda().eval().requires_grad_(False)
+plain = DDIMSampler(lmdm, 5, cuda_graph=False)
+gen = torch.Generator(device="cuda").manual_seed(0)
+inputs = (torch.randn(1, MOTION_DIM, device="cuda", generator=gen), torch.randn(1, WINDOW, 1103, device="cuda", generator=gen),
+          torch.randn(1, WINDOW, MOTION_DIM, device="cuda", generator=gen), torch.randn(plain.noise_shape(1), device="cuda", generator=gen))
+expected = plain.sample(*inputs)
+
+def allocate(stop, marked):  # a priming run's pattern: new tensors made and dropped on another stream
+    with torch.cuda.stream(torch.cuda.Stream()), (beside_captures() if marked else contextlib.nullcontext()):
+        while not stop.is_set():
+            x = torch.randn(256, 256, device="cuda")
+            for _ in range(20):
+                x = torch.tanh(x @ x)
+            torch.cuda.current_stream().synchronize()
+
+report = {}
+for phase, marked in (("unmarked", False), ("marked", True)):
+    sys.stderr.write(f"=== {phase}\\n"); sys.stderr.flush()
+    sampler, stop = DDIMSampler(lmdm, 5, cuda_graph=True), threading.Event()
+    thread = threading.Thread(target=allocate, args=(stop, marked))
+    thread.start()
+    during = [rel_l2(sampler.sample(*inputs), expected) for _ in range(3)]
+    graphs_during = len(sampler._graphs)
+    stop.set(); thread.join()
+    after = [rel_l2(sampler.sample(*inputs), expected) for _ in range(2)]
+    torch.cuda.synchronize()
+    report[phase] = {"during": during, "graphs_during": graphs_during, "after": after, "graphs_after": len(sampler._graphs)}
+    sys.stderr.flush()
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.gpu
+def test_a_recording_under_cuda_malloc_async_waits_for_marked_background_work(tmp_path):
+    """ComfyUI's allocator counts any thread's allocation during a recording as the recording's
+    and warns when it is freed (dozens of lines in a real ComfyUI's first prompt: the LMDM window
+    recorded beside the warp+decode priming). Unmarked background work shows the warning here;
+    marked work (``beside_captures``) puts the sampler's recording off: its windows run eagerly
+    until the work ends, then it records, and no warning is printed. Same samples throughout."""
+    env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}
+    done = subprocess.run([sys.executable, "-c", BESIDE_A_RECORDING], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    unmarked, marked = done.stderr.split("=== unmarked")[1].split("=== marked")
+    warning = "uncaptured free of a captured allocation"
+    assert report["unmarked"]["graphs_during"] == 1 and warning in unmarked, (report, unmarked[-2000:])
+    assert report["marked"]["graphs_during"] == 0 and report["marked"]["graphs_after"] == 1, report
+    assert warning not in marked, marked[-2000:]
+    for phase in report.values():
+        assert max(phase["during"] + phase["after"]) < 1e-5, report

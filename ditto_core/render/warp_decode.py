@@ -53,6 +53,7 @@ from torch import Tensor, nn
 
 from ..aot_packages import AotUnavailable, PackageCache
 from ..compilation import announce_once, compile_available, compile_failures, reset_compiled_state, uses_cuda_malloc_async
+from ..cuda_graphs import beside_captures
 from ..errors import DittoError, InputError
 from ..gil_turns import short_gil_turns
 from ..models.keypoints import NUM_KP
@@ -359,7 +360,8 @@ class WarpDecodeEngine(nn.Module):
         self._prime.wait()
 
     def _warm_up_in_background(self, warm: _Warmup, shared_volume: bool, volume_shape: tuple[int, ...]) -> None:
-        with short_gil_turns():  # the rendering thread's torch ops would wait 5 ms a turn otherwise
+        # short GIL turns: the rendering thread's torch ops would wait 5 ms a turn otherwise
+        with short_gil_turns(), beside_captures():
             self._warm_up(warm, shared_volume, volume_shape)
 
     def _room_for_two_batches(self) -> bool:
