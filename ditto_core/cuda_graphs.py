@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -99,6 +100,26 @@ class CapturedCall:
         with torch.cuda.graph(self.graph, stream=self._stream, capture_error_mode="thread_local"):
             self.outputs = self._run(*self.inputs)
         return result
+
+    def release(self) -> None:
+        """Free the recording's outputs now (the graph goes with this object).
+
+        Under ``cudaMallocAsync`` freeing memory a recording allocated warns once per tensor
+        ("Attempting uncaptured free of a captured allocation"): printed straight to stderr when
+        the free comes from Python dropping its last reference, a Python warning (silenced here)
+        when it happens inside a tensor method, as ``set_()`` does.
+        """
+        outputs, self.outputs = _tensors(self.outputs), None
+        with warnings.catch_warnings(), torch.inference_mode():
+            warnings.simplefilter("ignore")
+            for tensor in outputs:
+                tensor.set_()
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # at interpreter exit torch may already be torn down: nothing left to free
+            pass
 
     def replay(self, inputs: Optional[tuple[Tensor, ...]] = None) -> Any:
         """Copy ``inputs`` (same shapes as at capture; None: the static buffers as they are) and replay."""

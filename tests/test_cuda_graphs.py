@@ -152,6 +152,10 @@ for phase, marked in (("unmarked", False), ("marked", True)):
     torch.cuda.synchronize()
     report[phase] = {"during": during, "graphs_during": graphs_during, "after": after, "graphs_after": len(sampler._graphs)}
     sys.stderr.flush()
+sys.stderr.write("=== dropped\\n"); sys.stderr.flush()
+del sampler  # its recorded window's memory freed (a setting evicted, the models unloaded)
+torch.cuda.synchronize()
+sys.stderr.flush()
 print(json.dumps(report))
 """
 
@@ -162,7 +166,8 @@ def test_a_recording_under_cuda_malloc_async_waits_for_marked_background_work(tm
     and warns when it is freed (dozens of lines in a real ComfyUI's first prompt: the LMDM window
     recorded beside the warp+decode priming). Unmarked background work shows the warning here;
     marked work (``beside_captures``) puts the sampler's recording off: its windows run eagerly
-    until the work ends, then it records, and no warning is printed. Same samples throughout."""
+    until the work ends, then it records, and no warning is printed, nor when a sampler with a
+    recorded window is dropped. Same samples throughout."""
     env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}
     done = subprocess.run([sys.executable, "-c", BESIDE_A_RECORDING], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=300)
