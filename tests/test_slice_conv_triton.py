@@ -92,7 +92,20 @@ def test_a_new_batch_size_compiles_no_tile_anew():
 
     kernel = slice_conv_triton._slice_conv_kernel
     constants = {kernel.arg_names[i] for i in kernel.constexprs}
-    assert "SLICES" in kernel.arg_names and "SLICES" not in constants
+    assert "SLICE_CLASS" in kernel.arg_names and "SLICE_CLASS" not in constants
     assert {"H", "W", "C", "N"} <= constants  # the conv's shape is: one model, one shape
-    assert "SLICES" in slice_conv_triton._autotuned_kernel.keys
+    assert "SLICE_CLASS" in slice_conv_triton._autotuned_kernel.keys
     assert isinstance(slice_conv_triton._autotuned_kernel, triton.runtime.Autotuner)
+
+
+def test_a_clips_last_frames_share_the_first_batchs_tuning_and_batch_sizes_keep_their_own():
+    """Every new autotuning key times all six tiles (0.75 s on an H100): a clip's last 1-3
+    frames (16-48 slices, by the clip's length) must not each be one (session 28: the first
+    compiled clip of a ComfyUI process paid it at its last frames)."""
+    pytest.importorskip("triton")
+    from ditto_core.models.slice_conv_triton import slice_class
+
+    frames = lambda n: 16 * n  # noqa: E731 - sixteen depth slices a frame
+    assert {slice_class(frames(n)) for n in (1, 2, 3, 4)} == {64}
+    assert [slice_class(frames(n)) for n in (5, 8, 9, 16, 32)] == [128, 128, 256, 256, 512]
+    assert slice_class(1) == 64 and slice_class(513) == 1024

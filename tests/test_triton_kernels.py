@@ -69,7 +69,7 @@ def test_every_kernel_builds_for_ampere_and_hopper_at_dittos_shapes(capability, 
         built.append(_compile(
             slice_conv_triton._slice_conv_kernel, dict(x_ptr=half, w_ptr=half, out_ptr=half),
             ["x_slice_stride", "x_row_stride", "x_pixel_stride"],
-            dict(H=64, W=64, C=144, N=154, N_PAD=160, KH=7, KW=7, SLICES=512, **tile.kwargs), capability,
+            dict(H=64, W=64, C=144, N=154, N_PAD=160, KH=7, KW=7, SLICE_CLASS=512, **tile.kwargs), capability,
             num_warps=tile.num_warps, num_stages=tile.num_stages))
     assert all(kernel.asm.get("cubin") for kernel in built)
     # An H200 or A100 gives a block at most 227 / 163 KiB of shared memory.

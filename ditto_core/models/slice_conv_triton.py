@@ -32,7 +32,7 @@ from torch import Tensor
 
 from .triton_operators import traceable, triton_operator
 
-__all__ = ["CONFIGS", "best_tile", "pack_weight", "slice_conv_nhwc", "tile_config"]
+__all__ = ["CONFIGS", "best_tile", "pack_weight", "slice_class", "slice_conv_nhwc", "tile_config"]
 
 # Tile shapes tried by the autotuner, fastest first for the mask conv on an H200 (fp16, a batch
 # of 32: 512 slices; ms a frame by ``bench/bench_mask_conv.py``: 0.302, 0.313, 0.313, 0.334,
@@ -74,7 +74,7 @@ def _slice_conv_kernel(
     x_ptr, w_ptr, out_ptr,
     x_slice_stride, x_row_stride, x_pixel_stride,
     H: tl.constexpr, W: tl.constexpr, C: tl.constexpr, N: tl.constexpr, N_PAD: tl.constexpr,
-    KH: tl.constexpr, KW: tl.constexpr, SLICES,
+    KH: tl.constexpr, KW: tl.constexpr, SLICE_CLASS,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr,
     BLOCK_K: tl.constexpr, K_TAIL: tl.constexpr,
 ):
@@ -123,18 +123,27 @@ def _slice_conv_kernel(
                  mask=in_image & (offs_tail_n[None, :] < N))
 
 
-# The slice count is part of the key: 512 slices (a batch of 32) and 64 (the engine's eager
-# first batch of 4) fill the GPU differently and may keep different tiles. It is a plain
-# argument, not a constant of the kernel (the kernel never reads it): as a constant, every batch
-# size compiled every tile anew (the first run of a clip, with its first, full and last
-# batches, compiled eighteen kernels instead of six, and the live ladder's four sizes
+# The slice count's class (:func:`slice_class`) is part of the key: 512 slices (a batch of 32)
+# and 64 (the engine's eager first batch of 4) fill the GPU differently and may keep different
+# tiles. Classes, not counts: each new key times all six tiles (0.75 s on an H100), and a clip's
+# last frames come in pieces of 1-3 frames whose count depends on the clip's length, so the
+# first compiled clip of a ComfyUI process timed a new key at its very end (session 28). It is
+# a plain argument, not a constant of the kernel (the kernel never reads it): as a constant,
+# every batch size compiled every tile anew (the first run of a clip, with its first, full and
+# last batches, compiled eighteen kernels instead of six, and the live ladder's four sizes
 # twenty-four), and each compile costs seconds before the first frame.
 # The winning tile is kept in Triton's on-disk cache (a JSON of timings, keyed by the kernel's
 # source, the key values and the GPU) where this Triton can, so a new process does not re-time
 # every tile before its first frame.
 _CACHE_TIMINGS = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
-_autotuned_kernel = triton.autotune(configs=CONFIGS, key=["H", "W", "C", "N", "SLICES"], **_CACHE_TIMINGS)(
+_autotuned_kernel = triton.autotune(configs=CONFIGS, key=["H", "W", "C", "N", "SLICE_CLASS"], **_CACHE_TIMINGS)(
     _slice_conv_kernel)
+
+
+def slice_class(slices: int) -> int:
+    """The autotuning key's slice count: the next power of two, at least 64 (a 4-frame batch),
+    so that a clip's 1-4-frame pieces share one tuning and each larger batch size keeps its own."""
+    return max(64, 1 << (slices - 1).bit_length())
 
 
 def pack_weight(weight: Tensor) -> Tensor:
@@ -187,7 +196,8 @@ def _slice_conv(x: Tensor, packed: Tensor, out_channels: int, kh: int, kw: int, 
                 triton.cdiv(out_channels, meta["BLOCK_N"] + meta["TAIL_N"]))
 
     args = (x, packed, out, x.stride(0), x.stride(1), x.stride(2))
-    shape = dict(H=height, W=width, C=channels, N=out_channels, N_PAD=packed.shape[1], KH=kh, KW=kw, SLICES=slices)
+    shape = dict(H=height, W=width, C=channels, N=out_channels, N_PAD=packed.shape[1], KH=kh, KW=kw,
+                 SLICE_CLASS=slice_class(slices))
     if not tile:
         traceable(_autotuned_kernel)[grid](*args, **shape)
     else:
