@@ -327,7 +327,9 @@ class DittoPipeline:
             for frames in self.iter_frames(source, motion, progress):
                 writer.write(frames)
             self.times.record("render", start, self.device)  # every frame handed to the encoder
-            self.times.seconds["render_encoder_wait"] = writer.waited_for_encoders  # of which held back by x264
+            # Of which held back by the encoders, and how long they waited for the GPU (see VideoWriter).
+            self.times.seconds["render_waited_for_encoders"] = writer.waited_for_encoders
+            self.times.seconds["render_encoders_waited_for_gpu"] = writer.encoders_waited_for_gpu
             finalize = time.perf_counter()
         self.times.record("finalize_mp4", finalize, self.device)  # encoder drained, file renamed into place
         self.times.record("render_video", start, self.device)

@@ -163,6 +163,21 @@ def test_cuda_frames_are_copied_asynchronously(tmp_path):
 
 
 @pytest.mark.gpu
+def test_the_encoders_wait_for_a_busy_gpu_is_measured(tmp_path):
+    """Frames queued behind 0.2 s of GPU work: the encoder waits for their copy that long (the
+    pipeline's ``render_encoders_waited_for_gpu``), while write() itself returned at once."""
+    frames = gradient_frames(8, 128, 128).cuda()
+    with VideoWriter(tmp_path / "busy.mp4", width=128, height=128, queue_frames=8) as writer:
+        writer.write(frames)  # the pool's two pinned buffers made, then encoded
+        time.sleep(0.5)
+        before = writer.encoders_waited_for_gpu
+        torch.cuda._sleep(400_000_000)  # cycles: at least 0.2 s at the 2 GHz or less these GPUs run
+        writer.write(frames[:4])
+        assert writer.waited_for_encoders < 0.01  # a free buffer: write() did not wait
+    assert writer.encoders_waited_for_gpu - before > 0.1, (before, writer.encoders_waited_for_gpu)
+
+
+@pytest.mark.gpu
 def test_cuda_frames_freed_and_reused_right_after_write_arrive_intact(tmp_path):
     """The host copy runs on a side stream: the converted frames' memory must not be handed out
     again (here to a tensor filled at once on the render's stream) before that copy has read it."""
@@ -380,8 +395,9 @@ def test_scratch_segments_are_not_sent_to_the_disk(tmp_path, monkeypatch):
 
 
 def test_the_time_the_producer_waits_for_the_encoders_is_measured(tmp_path, monkeypatch):
-    """The render's share held back by x264 (the pipeline's ``render_encoder_wait``): none while
-    the pool has free buffers, the encoder's delay once every buffer is in flight."""
+    """The render's share held back by x264 (the pipeline's ``render_waited_for_encoders``): none
+    while the pool has free buffers, the encoder's delay once every buffer is in flight. Host
+    frames need no copy from a GPU: the encoders never wait for one."""
     original = VideoWriter._encode_chunk
 
     def slow(self, encoder, chunk):
@@ -396,4 +412,5 @@ def test_the_time_the_producer_waits_for_the_encoders_is_measured(tmp_path, monk
         for _ in range(6):  # six chunks through two buffers, each held 0.1 s by the encoder
             writer.write(gradient_frames(4, 64, 64))
         assert 0.25 < writer.waited_for_encoders < 1.0, writer.waited_for_encoders
+    assert writer.encoders_waited_for_gpu == 0.0
     assert probe(tmp_path / "slow.mp4")["frames"].shape[0] == 24

@@ -212,9 +212,12 @@ class VideoWriter:
         # tail): the encoders finishing what was queued, then with one encoder x264's flush and
         # the file's publishing, and the heap trim on leaving the ``with`` block.
         self.finish_seconds: dict[str, float] = {}
-        # Seconds write() waited for a free buffer, all of them in flight: how long the producer
-        # was held back by the encoders (a render slower than its GPU work shows it here).
+        # Where a render's time goes, seconds: write() waiting for a free buffer, all of them in
+        # flight (the producer ahead of the encoders), and the encoder threads waiting for a
+        # chunk's copy from the GPU (the device behind them; summed over the threads). Producer
+        # waits with encoders that rarely wait for the GPU: x264 is the limit; both: the GPU is.
         self.waited_for_encoders = 0.0
+        self.encoders_waited_for_gpu = 0.0
 
         # One encoder writes the whole file, opened by its thread as it starts: the caller renders
         # its first frames meanwhile instead of waiting for x264 to set up its threads.
@@ -461,7 +464,10 @@ class VideoWriter:
                     try:
                         if not self._stopping():
                             if chunk.ready is not None:
+                                start = time.perf_counter()
                                 chunk.ready.synchronize()
+                                with self._lock:
+                                    self.encoders_waited_for_gpu += time.perf_counter() - start
                             self._encode_chunk(encoder, chunk)
                     finally:
                         self._free.put(chunk.buffer)
