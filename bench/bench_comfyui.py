@@ -375,7 +375,8 @@ def later_prompts(rounds: int) -> list[str]:
 
 def summarise(first: dict, later: list[dict], rounds: int = 1) -> dict[str, Any]:
     """The first-ever launch's prompt; of the relaunches, the one with the median first prompt
-    (its later prompts are the warm ones), every relaunch's times beside it."""
+    (its later prompts are the warm ones), every relaunch's times beside it (the JSON's
+    ``launches`` keeps every launch's prompts whole)."""
     def state(run: dict, index: int) -> dict[str, Any]:
         if len(run["prompts"]) <= index:
             return {"error": run["launch"].get("error", "no prompt ran"), "launch": run["launch"]}
@@ -527,6 +528,7 @@ def main(argv: Optional[list[str]] = None) -> None:
             for name in packs:
                 later[name].append(launch_and_queue(args, bases[name], bases[name] / "caches", prompts, idles))
                 result["packs"][name] = summarise(firsts[name], later[name], args.warm_rounds)
+                result.setdefault("launches", {})[name] = [firsts[name], *later[name]]  # every prompt's records
                 if args.out:  # after every launch: a run stopped by its time limit keeps what it measured
                     args.out.parent.mkdir(parents=True, exist_ok=True)
                     args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")

@@ -141,11 +141,12 @@ def profile_stream(runtime, source, options, config, out_dir: Path):
 
 
 def concurrency(runtime, source, options, config, counts, seconds, round_frames=(None,), hubert_priorities=(None,),
-                render_frames=(None,)):
+                render_frames=(None,), every_level=False):
     """N streams in step for each N of ``counts``, under each ``round_frames`` setting of the
     runtime (None: its default), each CUDA priority of its HuBERT windows' stream (None: the
     runtime's) and each ``render_frames`` (None: rounds never joined), side by side; a setting
-    stops at its first N missed."""
+    stops at its first N missed unless ``every_level`` (settings meant for a saturated device,
+    compared where they act)."""
     variants, default, stream = {}, runtime.round_frames, runtime.hubert_windows.stream
     default_render = runtime.render_frames
     for setting, priority, joined in itertools.product(round_frames, hubert_priorities, render_frames):
@@ -162,7 +163,7 @@ def concurrency(runtime, source, options, config, counts, seconds, round_frames=
             level = _concurrency_level(runtime, source, options, config, n, seconds)
             print({"variant": name, **level}, flush=True)
             levels.append(level)
-            if not level["realtime_ok"]:
+            if not level["realtime_ok"] and not every_level:
                 break
         ok = [lv["streams"] for lv in levels if lv["realtime_ok"]]
         variants[name] = {"levels": levels, "max_realtime_streams": max(ok) if ok else 0}
@@ -281,6 +282,8 @@ def main() -> None:
     parser.add_argument("--render-frames", type=int, nargs="+", default=[0],
                         help="LiveRuntime render_frames settings compared in the concurrency part (0: rounds never "
                              "joined; e.g. 80: a round queued behind the one rendered joins it up to 80 frames)")
+    parser.add_argument("--every-level", action="store_true",
+                        help="run every --streams count of the concurrency part, past the first that misses real time")
     parser.add_argument("--minutes", type=float, default=5.0, help="speech in the long-stream memory part")
     parser.add_argument("--quick", action="store_true",
                         help="tiny CPU smoke run of the script itself (frames are noise, warp+decode is skipped)")
@@ -332,7 +335,7 @@ def main() -> None:
             **({"profile": lambda: profile_stream(runtime, source, options, config, args.profile)} if args.profile else {}),
             "concurrency": lambda: concurrency(runtime, source, options, config, args.streams, args.seconds,
                                                [r or None for r in args.round_frames], args.hubert_priority,
-                                               [r or None for r in args.render_frames]),
+                                               [r or None for r in args.render_frames], args.every_level),
             "long_stream": lambda: long_stream(runtime, source, options, config, args.minutes, progress=partial_long),
         }
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 28, call 5: call 4 (the GPU tests of recordings beside background work and graph teardown
+# Session 28, call 5 (call 4 was refused a machine): the GPU tests of recordings beside background work and graph teardown
 # under cudaMallocAsync), then second_clip_probe.py (the first clip after the deferred compile).
 set -u
 START=$(date +%s); T0=$SECONDS
