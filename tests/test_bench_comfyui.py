@@ -199,6 +199,9 @@ def test_the_benchmark_times_each_state_of_a_real_comfyui(tmp_path, reference_di
     for name, state in states.items():
         assert state["cpu"]["server_s"] > 0 and state["cpu"]["server_threads"] > 1, (name, state["cpu"])
     assert result["log_counts"]["main"] == {"captured_allocation_freed": 0, "prompt_failed": 0}
+    first, relaunch = result["launches"]["main"]  # every launch whole: the first ever, one relaunch
+    assert len(first["prompts"]) == 1 and len(relaunch["prompts"]) == 5
+    assert relaunch["prompts"][1]["node_records"] == states["warm_process"]["node_records"]
 
 
 def test_each_relaunch_names_its_prompts_round_by_round():
@@ -263,6 +266,7 @@ def test_the_history_is_asked_again_until_comfyui_has_stored_the_prompt():
     from aiohttp import web
 
     from bench.bench_comfyui import _history
+    from tests.loopback_http import served
 
     asked = []
 
@@ -273,16 +277,8 @@ def test_the_history_is_asked_again_until_comfyui_has_stored_the_prompt():
     async def run() -> dict:
         app = web.Application()
         app.router.add_get("/history/{id}", history)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
-        try:
-            async with aiohttp.ClientSession() as session:
-                return await _history(session, f"http://127.0.0.1:{port}", "p1")
-        finally:
-            await runner.cleanup()
+        async with served(app) as url, aiohttp.ClientSession() as session:
+            return await _history(session, url, "p1")
 
     assert asyncio.run(run()) == {"outputs": {"4": {}}}
     assert asked == ["p1"] * 3

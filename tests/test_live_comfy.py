@@ -18,6 +18,7 @@ from aiohttp import web
 
 from tests.comfy_stubs import load_pack
 from tests.live_support import ProjectionSampler, RecordingRenderer, light_pipeline
+from tests.loopback_http import served
 from tests.test_conditions import random_source
 
 pack = load_pack()
@@ -71,14 +72,9 @@ def test_routes_on_comfyui_stream_a_published_avatar(prompt_server, monkeypatch,
     async def run():
         app = web.Application()
         app.add_routes(prompt_server.routes)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
         try:
-            async with aiohttp.ClientSession() as session:
-                ws = await session.ws_connect(f"http://127.0.0.1:{port}/ditto/live/ws")
+            async with served(app) as url, aiohttp.ClientSession() as session:
+                ws = await session.ws_connect(f"{url}/ditto/live/ws")
                 await ws.send_str(json.dumps({"type": "open", "avatar": "anna", "idle": False}))
                 assert json.loads((await ws.receive(timeout=10)).data)["type"] == "ready"
                 await ws.send_bytes(b"\x00\x10" * 3200)
@@ -91,7 +87,6 @@ def test_routes_on_comfyui_stream_a_published_avatar(prompt_server, monkeypatch,
                     elif msg.type != aiohttp.WSMsgType.TEXT:
                         return frames, ws.close_code
         finally:
-            await runner.cleanup()
             avatars.shutdown()
 
     frames, code = asyncio.run(run())

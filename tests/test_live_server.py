@@ -23,7 +23,6 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from aiohttp import web
 
 from ditto_core.__main__ import build_parser
 from ditto_core.errors import InputError
@@ -32,6 +31,7 @@ from ditto_core.live.server import CLOSE_CODES, Limits, LiveAvatars, _authorized
 from ditto_core.motion.motion_options import MotionOptions
 from ditto_core.video.fmp4 import NAL_IDR, annexb_units
 from tests.live_support import ProjectionSampler, RecordingRenderer, light_pipeline
+from tests.loopback_http import served
 from tests.test_conditions import random_source
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,16 +72,8 @@ def _avatars(pipeline, max_streams=2, renderer=None) -> LiveAvatars:
 
 @asynccontextmanager
 async def serving(avatars, token=None, limits=Limits()):
-    runner = web.AppRunner(create_app(avatars, token=token, limits=limits))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    async with aiohttp.ClientSession() as session:
-        try:
-            yield session, f"http://127.0.0.1:{port}/ditto/live"
-        finally:
-            await runner.cleanup()
+    async with served(create_app(avatars, token=token, limits=limits)) as url, aiohttp.ClientSession() as session:
+        yield session, f"{url}/ditto/live"
 
 
 def _pcm(seconds: float, seed: int = 0) -> bytes:
