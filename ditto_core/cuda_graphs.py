@@ -19,7 +19,9 @@ from torch import Tensor
 from .compilation import uses_cuda_malloc_async
 
 _side_work = 0  # beside_captures() blocks running now, on any thread
-_side_lock = threading.Lock()
+_recordings = 0  # recording_turn() blocks that were given the turn
+_turns = threading.Condition()
+_this_thread = threading.local()  # .recording: this thread holds a recording turn
 
 
 @contextlib.contextmanager
@@ -31,23 +33,43 @@ def beside_captures() -> Iterator[None]:
     the whole process instead: whatever another thread allocates while a graph is being recorded
     is counted as the recording's, and freeing it later prints a warning per tensor ("Attempting
     uncaptured free of a captured allocation"; a real ComfyUI's first prompt printed dozens, the
-    LMDM window recorded beside the warp+decode priming). Owners that can put a recording off ask
-    :func:`quiet_for_capture` first.
+    LMDM window recorded beside the warp+decode priming). So the two take turns: a recording is
+    put off while such a block runs (:func:`recording_turn`), and a block starting during a
+    recording waits for its end (one recording: milliseconds).
     """
     global _side_work
-    with _side_lock:
+    with _turns:
+        _turns.wait_for(lambda: _recordings == 0 or getattr(_this_thread, "recording", False))
         _side_work += 1
     try:
         yield
     finally:
-        with _side_lock:
+        with _turns:
             _side_work -= 1
+            _turns.notify_all()
 
 
-def quiet_for_capture(device: torch.device) -> bool:
-    """Whether a graph recorded on ``device`` now would leave other threads' memory alone: always
-    under the native allocator; under ``cudaMallocAsync`` while no :func:`beside_captures` block runs."""
-    return _side_work == 0 or not uses_cuda_malloc_async(device)
+@contextlib.contextmanager
+def recording_turn(device: torch.device) -> Iterator[bool]:
+    """Yields whether a graph may be recorded on ``device`` now (the caller runs eagerly and asks
+    again later otherwise): always under the native allocator; under ``cudaMallocAsync`` while no
+    :func:`beside_captures` block runs, and until the block ends none starts."""
+    global _recordings
+    if not uses_cuda_malloc_async(device):
+        yield True
+        return
+    with _turns:
+        allowed = _side_work == 0
+        _recordings += allowed
+    _this_thread.recording = allowed
+    try:
+        yield allowed
+    finally:
+        _this_thread.recording = False
+        if allowed:
+            with _turns:
+                _recordings -= 1
+                _turns.notify_all()
 
 
 def _tensors(value: Any) -> list[Tensor]:

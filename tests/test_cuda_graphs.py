@@ -19,13 +19,18 @@ import pytest
 import torch
 
 from ditto_core import cuda_graphs
-from ditto_core.cuda_graphs import CapturedCall, beside_captures, quiet_for_capture
+from ditto_core.cuda_graphs import CapturedCall, beside_captures, recording_turn
 
 REPO = Path(__file__).resolve().parents[1]
 REPLAYS = 150
 
 
-def test_recordings_wait_for_background_work_only_under_cuda_malloc_async(monkeypatch):
+def _turn(device) -> bool:
+    with recording_turn(device) as allowed:
+        return allowed
+
+
+def test_recordings_and_background_work_take_turns_only_under_cuda_malloc_async(monkeypatch):
     cuda = torch.device("cuda")
     entered, leave = threading.Event(), threading.Event()
 
@@ -35,23 +40,45 @@ def test_recordings_wait_for_background_work_only_under_cuda_malloc_async(monkey
             assert leave.wait(10)
 
     monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: True)
-    assert quiet_for_capture(cuda)
+    assert _turn(cuda)
     thread = threading.Thread(target=background)
     thread.start()
     try:
         assert entered.wait(10)
-        assert not quiet_for_capture(cuda)  # another thread's block counts, wherever it runs
+        assert not _turn(cuda)  # another thread's block counts, wherever it runs
         monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: False)
-        assert quiet_for_capture(cuda)  # the native allocator keeps a recording's memory apart
+        assert _turn(cuda)  # the native allocator keeps a recording's memory apart
         monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: True)
     finally:
         leave.set()
         thread.join()
-    assert quiet_for_capture(cuda)
+    assert _turn(cuda)
     with pytest.raises(RuntimeError):  # a block that raises is left all the same
         with beside_captures():
             raise RuntimeError("priming failed")
-    assert quiet_for_capture(cuda)
+    assert _turn(cuda)
+
+
+def test_background_work_starting_during_a_recording_waits_for_its_end(monkeypatch):
+    monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: True)
+    order, started = [], threading.Event()
+
+    def background():
+        started.set()
+        with beside_captures():
+            order.append("background")
+
+    with recording_turn(torch.device("cuda")) as allowed:
+        assert allowed
+        thread = threading.Thread(target=background)
+        thread.start()
+        assert started.wait(10)
+        thread.join(0.2)
+        assert thread.is_alive() and order == []  # held at the door while the graph is recorded
+        with beside_captures():  # the recording thread itself is never held (no deadlock)
+            order.append("recording")
+    thread.join(10)
+    assert order == ["recording", "background"]
 
 
 def _chain(weight):

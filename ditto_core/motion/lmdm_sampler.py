@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..compilation import announce_once, compile_available, compile_failures, uses_cuda_malloc_async
-from ..cuda_graphs import CapturedCall, quiet_for_capture
+from ..cuda_graphs import CapturedCall, recording_turn
 from ..errors import InputError
 from ..models.keypoints import MOTION_DIM
 from ..models.lmdm import DIFFUSION_STEPS, LMDM, WINDOW, RotaryAttention, cosine_alphas_cumprod
@@ -178,12 +178,13 @@ class DDIMSampler:
         key = (tuple(aud_cond.shape), x_T.device)
         captured = self._graphs.get(key)
         if captured is None:
-            if not quiet_for_capture(x_T.device):  # recorded at a later window (see beside_captures)
-                return self._run(*inputs)
-            if self._capture_stream is None:  # this sampler's graphs: one cuBLAS workspace of their own
-                self._capture_stream = torch.cuda.Stream(x_T.device)
-            captured = CapturedCall(self._run, inputs, self._capture_stream)
-            result = captured.capture()
+            with recording_turn(x_T.device) as allowed:
+                if not allowed:  # recorded at a later window (see beside_captures)
+                    return self._run(*inputs)
+                if self._capture_stream is None:  # this sampler's graphs: one cuBLAS workspace of their own
+                    self._capture_stream = torch.cuda.Stream(x_T.device)
+                captured = CapturedCall(self._run, inputs, self._capture_stream)
+                result = captured.capture()
             self._graphs[key] = captured
             return result
         return captured.replay(inputs).clone()  # the next replay overwrites the graph's output
