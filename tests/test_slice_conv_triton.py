@@ -99,7 +99,7 @@ def test_a_new_batch_size_compiles_no_tile_anew():
 
 
 def test_a_clips_last_frames_share_the_first_batchs_tuning_and_batch_sizes_keep_their_own():
-    """Every new autotuning key times all six tiles (0.75 s on an H100): a clip's last 1-3
+    """Every new autotuning key times all six tiles (most of a second): a clip's last 1-3
     frames (16-48 slices, by the clip's length) must not each be one (session 28: the first
     compiled clip of a ComfyUI process paid it at its last frames)."""
     pytest.importorskip("triton")

@@ -125,7 +125,7 @@ def _slice_conv_kernel(
 
 # The slice count's class (:func:`slice_class`) is part of the key: 512 slices (a batch of 32)
 # and 64 (the engine's eager first batch of 4) fill the GPU differently and may keep different
-# tiles. Classes, not counts: each new key times all six tiles (0.75 s on an H100), and a clip's
+# tiles. Classes, not counts: each new key times all six tiles (most of a second), and a clip's
 # last frames come in pieces of 1-3 frames whose count depends on the clip's length, so the
 # first compiled clip of a ComfyUI process timed a new key at its very end (session 28). It is
 # a plain argument, not a constant of the kernel (the kernel never reads it): as a constant,
