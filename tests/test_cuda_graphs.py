@@ -81,6 +81,21 @@ def test_background_work_starting_during_a_recording_waits_for_its_end(monkeypat
     assert order == ["recording", "background"]
 
 
+def test_releasing_a_recording_empties_its_outputs_and_leaves_copies_and_views_intact():
+    """``CapturedCall.release`` (also run when its owner goes) frees the graph's outputs through
+    ``set_()``; what a caller kept (a copy, a view) still reads the values."""
+    from types import SimpleNamespace
+
+    with torch.inference_mode():  # the owners record under inference mode or no_grad
+        features, flag = torch.arange(12.0).view(3, 4), torch.tensor(True)
+    kept_view, kept_copy = features[:2], features.clone()
+    call = SimpleNamespace(outputs=(features, [flag]))
+    CapturedCall.release(call)
+    assert call.outputs is None and features.numel() == 0 and flag.numel() == 0
+    assert kept_view.tolist() == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]]
+    assert torch.equal(kept_copy, torch.arange(12.0).view(3, 4))
+
+
 def _chain(weight):
     def run(x):
         for _ in range(30):  # small-M products, the shape cuBLAS splits over K through its workspace
