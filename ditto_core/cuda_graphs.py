@@ -21,7 +21,7 @@ from .compilation import uses_cuda_malloc_async
 _side_work = 0  # beside_captures() blocks running now, on any thread
 _recordings = 0  # recording_turn() blocks that were given the turn
 _turns = threading.Condition()
-_this_thread = threading.local()  # .recording: this thread holds a recording turn
+_this_thread = threading.local()  # .recording: the recording turns this thread holds
 
 
 @contextlib.contextmanager
@@ -39,7 +39,7 @@ def beside_captures() -> Iterator[None]:
     """
     global _side_work
     with _turns:
-        _turns.wait_for(lambda: _recordings == 0 or getattr(_this_thread, "recording", False))
+        _turns.wait_for(lambda: _recordings == getattr(_this_thread, "recording", 0))
         _side_work += 1
     try:
         yield
@@ -61,12 +61,12 @@ def recording_turn(device: torch.device) -> Iterator[bool]:
     with _turns:
         allowed = _side_work == 0
         _recordings += allowed
-    _this_thread.recording = allowed
+    _this_thread.recording = getattr(_this_thread, "recording", 0) + allowed
     try:
         yield allowed
     finally:
-        _this_thread.recording = False
         if allowed:
+            _this_thread.recording -= 1
             with _turns:
                 _recordings -= 1
                 _turns.notify_all()

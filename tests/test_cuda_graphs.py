@@ -75,8 +75,9 @@ def test_background_work_starting_during_a_recording_waits_for_its_end(monkeypat
         assert started.wait(10)
         thread.join(0.2)
         assert thread.is_alive() and order == []  # held at the door while the graph is recorded
-        with beside_captures():  # the recording thread itself is never held (no deadlock)
-            order.append("recording")
+        with recording_turn(torch.device("cuda")) as nested, beside_captures():
+            order.append("recording")  # the recording thread itself is never held (no deadlock), nested or not
+        assert nested
     thread.join(10)
     assert order == ["recording", "background"]
 
