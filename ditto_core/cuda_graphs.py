@@ -21,7 +21,13 @@ from .compilation import uses_cuda_malloc_async
 _side_work = 0  # beside_captures() blocks running now, on any thread
 _recordings = 0  # recording_turn() blocks that were given the turn
 _turns = threading.Condition()
-_this_thread = threading.local()  # .recording: the recording turns this thread holds
+# Per thread: .side, its beside_captures() blocks; .recording, its recording turns; .wait, whether
+# its recordings wait for their turn (recordings_wait()) rather than being put off.
+_this_thread = threading.local()
+
+
+def _mine(name: str) -> int:
+    return getattr(_this_thread, name, 0)
 
 
 @contextlib.contextmanager
@@ -34,34 +40,53 @@ def beside_captures() -> Iterator[None]:
     is counted as the recording's, and freeing it later prints a warning per tensor ("Attempting
     uncaptured free of a captured allocation"; a real ComfyUI's first prompt printed dozens, the
     LMDM window recorded beside the warp+decode priming). So the two take turns: a recording is
-    put off while such a block runs (:func:`recording_turn`), and a block starting during a
-    recording waits for its end (one recording: milliseconds).
+    put off (or waits) while such a block runs elsewhere (:func:`recording_turn`), and a block
+    starting during another thread's recording waits for its end (one recording: milliseconds).
     """
     global _side_work
     with _turns:
-        _turns.wait_for(lambda: _recordings == getattr(_this_thread, "recording", 0))
+        _turns.wait_for(lambda: _recordings == _mine("recording"))
         _side_work += 1
+    _this_thread.side = _mine("side") + 1
     try:
         yield
     finally:
+        _this_thread.side -= 1
         with _turns:
             _side_work -= 1
             _turns.notify_all()
 
 
 @contextlib.contextmanager
-def recording_turn(device: torch.device) -> Iterator[bool]:
-    """Yields whether a graph may be recorded on ``device`` now (the caller runs eagerly and asks
-    again later otherwise): always under the native allocator; under ``cudaMallocAsync`` while no
-    :func:`beside_captures` block runs, and until the block ends none starts."""
+def recordings_wait() -> Iterator[None]:
+    """In the block, this thread's :func:`recording_turn` waits for other threads' background work
+    to end instead of putting the recording off: for a warm-up whose job is to record (a live
+    runtime's, before streams are served)."""
+    before, _this_thread.wait = getattr(_this_thread, "wait", False), True
+    try:
+        yield
+    finally:
+        _this_thread.wait = before
+
+
+@contextlib.contextmanager
+def recording_turn(device: torch.device, wait: Optional[bool] = None) -> Iterator[bool]:
+    """Yields whether a graph may be recorded on ``device`` now; until the block ends no
+    :func:`beside_captures` block starts on another thread. Always yes under the native
+    allocator. Under ``cudaMallocAsync``: while such a block runs on another thread, no (the
+    caller runs eagerly and asks again later), or with ``wait`` (default: within
+    :func:`recordings_wait`) yes once it has ended."""
     global _recordings
     if not uses_cuda_malloc_async(device):
         yield True
         return
+    wait = getattr(_this_thread, "wait", False) if wait is None else wait
     with _turns:
-        allowed = _side_work == 0
+        if wait:
+            _turns.wait_for(lambda: _side_work == _mine("side"))
+        allowed = _side_work == _mine("side")
         _recordings += allowed
-    _this_thread.recording = getattr(_this_thread, "recording", 0) + allowed
+    _this_thread.recording = _mine("recording") + allowed
     try:
         yield allowed
     finally:
@@ -119,7 +144,8 @@ class CapturedCall:
         caller.wait_stream(side)
         for tensor in _tensors(result):
             tensor.record_stream(caller)  # made on the side stream, used on the caller's
-        with torch.cuda.graph(self.graph, stream=self._stream, capture_error_mode="thread_local"):
+        with recording_turn(device, wait=True), torch.cuda.graph(self.graph, stream=self._stream,
+                                                                  capture_error_mode="thread_local"):
             self.outputs = self._run(*self.inputs)
         return result
 

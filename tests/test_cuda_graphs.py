@@ -82,6 +82,40 @@ def test_background_work_starting_during_a_recording_waits_for_its_end(monkeypat
     assert order == ["recording", "background"]
 
 
+def test_a_warm_up_that_must_record_waits_for_its_turn_instead_of_being_put_off(monkeypatch):
+    """A live runtime's warm-up records every graph before streams are served: beside another
+    thread's background work (an offline compile) its recordings wait for the work to end, and
+    a recording inside this thread's own background block is not held by that block."""
+    from ditto_core.cuda_graphs import recordings_wait
+
+    monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: True)
+    cuda, entered, leave, got = torch.device("cuda"), threading.Event(), threading.Event(), []
+
+    def background():
+        with beside_captures():
+            entered.set()
+            assert leave.wait(10)
+
+    def warm_up():
+        with recordings_wait(), recording_turn(cuda) as allowed:
+            got.append(allowed)
+
+    worker = threading.Thread(target=background)
+    worker.start()
+    assert entered.wait(10)
+    waiting = threading.Thread(target=warm_up)
+    waiting.start()
+    waiting.join(0.2)
+    assert waiting.is_alive() and got == []  # waiting for the background work, not put off
+    assert not _turn(cuda)  # outside recordings_wait: put off at once
+    leave.set()
+    worker.join()
+    waiting.join(10)
+    assert got == [True]
+    with beside_captures():
+        assert _turn(cuda)  # this thread's own block does not hold its recording
+
+
 def test_releasing_a_recording_empties_its_outputs_and_leaves_copies_and_views_intact():
     """``CapturedCall.release`` (also run when its owner goes) frees the graph's outputs through
     ``set_()``; what a caller kept (a copy, a view) still reads the values."""

@@ -41,6 +41,7 @@ from ..audio.audio_features import FPS, SAMPLE_RATE, AudioFeatures, SAMPLES_PER_
 from ..audio.chunking import num_video_frames
 from ..audio.hubert import HubertFeatureExtractor
 from ..audio.window_graphs import LiveWindowEncoder
+from ..cuda_graphs import recordings_wait
 from ..errors import DittoError, InputError
 from ..models.keypoints import MOTION_DIM
 from ..models.lmdm import WINDOW
@@ -603,7 +604,8 @@ class LiveRuntime:
         then not compiled, half the engines' warm-up. Nothing to do off CUDA: there is no graph to record."""
         if self.device.type != "cuda":
             return
-        with torch.inference_mode():
+        # Recorded here whatever runs beside (a compile of the offline engine): not while serving.
+        with torch.inference_mode(), recordings_wait():
             sampler = self.sampler(options)
             kp = build_kp_condition(source.to(self.device))
             cond = torch.zeros(1, WINDOW, self.pipeline.models.cond_dim, device=self.device)
