@@ -8,9 +8,10 @@ and shows again, properly reported, at the real call.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 
@@ -18,6 +19,15 @@ from .cuda_graphs import beside_captures
 from .gil_turns import short_gil_turns
 
 log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def background_gpu_work() -> Iterator[None]:
+    """How a thread of ours runs GPU work beside a render (a priming run, a compile's warm-up):
+    in short GIL turns (the rendering thread's torch ops would wait 5 ms a turn otherwise) and
+    marked for CUDA-graph recordings (:func:`~ditto_core.cuda_graphs.beside_captures`)."""
+    with short_gil_turns(), beside_captures():
+        yield
 
 
 class Priming:
@@ -38,7 +48,7 @@ class Priming:
 
         def run() -> None:
             try:
-                with torch.inference_mode(), short_gil_turns(), beside_captures():
+                with torch.inference_mode(), background_gpu_work():
                     work()
                     if device.type == "cuda":
                         torch.cuda.current_stream(device).synchronize()

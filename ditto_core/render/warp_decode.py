@@ -53,13 +53,11 @@ from torch import Tensor, nn
 
 from ..aot_packages import AotUnavailable, PackageCache
 from ..compilation import announce_once, compile_available, compile_failures, reset_compiled_state, uses_cuda_malloc_async
-from ..cuda_graphs import beside_captures
 from ..errors import DittoError, InputError
-from ..gil_turns import short_gil_turns
 from ..models.keypoints import NUM_KP
 from ..models.triton_kernels import register_triton_operators, triton_kernels_supported, use_triton_kernels_
 from ..motion.motion_sequence import MotionSequence
-from ..priming import Priming
+from ..priming import Priming, background_gpu_work
 from ..progress import ProgressCallback, report
 from ..user_cache import user_cache_dir
 from ..registration.source_info import SourceInfo
@@ -360,8 +358,7 @@ class WarpDecodeEngine(nn.Module):
         self._prime.wait()
 
     def _warm_up_in_background(self, warm: _Warmup, shared_volume: bool, volume_shape: tuple[int, ...]) -> None:
-        # short GIL turns: the rendering thread's torch ops would wait 5 ms a turn otherwise
-        with short_gil_turns(), beside_captures():
+        with background_gpu_work():
             self._warm_up(warm, shared_volume, volume_shape)
 
     def _room_for_two_batches(self) -> bool:
