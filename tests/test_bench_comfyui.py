@@ -60,6 +60,16 @@ def test_a_negative_wait_is_refused_by_its_flag_before_any_server_starts(tmp_pat
     assert not (tmp_path / "models").exists()  # refused before anything was made
 
 
+def test_no_warm_round_is_refused_by_its_flag_before_any_server_starts(tmp_path, capsys):
+    from bench.bench_comfyui import main
+
+    (tmp_path / "main.py").write_text("")
+    with pytest.raises(SystemExit):
+        main(["--comfyui", str(tmp_path), "--models", str(tmp_path / "models"), "--warm-rounds", "0"])
+    assert "--warm-rounds must be 1 or more, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "models").exists()
+
+
 def test_the_queued_workflow_is_the_all_in_one_example_with_the_benchmarks_settings():
     prompt = workflow("all_in_one", "speech_b.wav", "cuda", "ultrafast", 20, 10)
     by_class = {node["class_type"]: node["inputs"] for node in prompt.values()}
