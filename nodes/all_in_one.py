@@ -1,6 +1,7 @@
 """Ditto Talking Head: the whole pipeline in one node, for users who want a single box."""
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Optional
 
@@ -62,10 +63,12 @@ class DittoTalkingHead(io.ComfyNode):
         check_encoder_options(crf, preset)
         muxed = audio_for_mux(audio)
         motion_options = replace(options or MotionOptions(), steps=steps, seed=seed)
-        pipeline = REGISTRY.pipeline(models)
         stage = staged_progress(_STAGES)
-        pipeline.times.seconds.clear()  # this prompt's stages only, for the record below
-        with timed_stage("Talking Head", pipeline.device) as timer:
+        with timed_stage("Talking Head", models.torch_device) as timer:
+            asked = time.perf_counter()
+            pipeline = REGISTRY.pipeline(models)  # ComfyUI's model management may free memory first
+            pipeline.times.seconds.clear()  # this prompt's stages only, for the record below
+            pipeline.times.seconds["model_management"] = time.perf_counter() - asked
             source = register_source(models, image, RegistrationOptions(detect_face=detect_face), True, stage(0))
             features = encode_speech(models, audio, stage(1))
             # With the pipeline's motion_ahead the render starts on the first motion window (the motion

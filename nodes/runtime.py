@@ -18,6 +18,7 @@ import comfy.model_management
 import comfy.utils
 import torch
 
+from ditto_core.gc_pauses import CollectorPauses
 from ditto_core.progress import ProgressCallback
 
 if TYPE_CHECKING:
@@ -65,16 +66,19 @@ def staged_progress(stages: int) -> Callable[[int], ProgressCallback]:
 
 @dataclass
 class StageTime:
-    """Wall time of one node's work; ``seconds`` is set when the timed block ends."""
+    """Wall time of one node's work; ``seconds`` is set when the timed block ends, ``collector``
+    holds the interpreter's garbage collections meanwhile (any thread's)."""
 
     stage: str
     seconds: float = 0.0
+    collector: CollectorPauses = dataclasses.field(default_factory=CollectorPauses)
 
     def ui(self, frames: Optional[int] = None, engine: Optional["EngineStats"] = None,
            stages: Optional[dict[str, float]] = None) -> dict[str, list[dict]]:
         """The node's UI output: ``{"ditto_stats": [{stage, seconds, frames, fps, engine, stages}]}``
         (``engine``: what the warp+decode engine did so far; ``stages``: seconds of each pipeline
-        stage this node ran; both for API clients and benchmarks)."""
+        stage this node ran, with the collector's pauses (:meth:`CollectorPauses.stages`); both
+        for API clients and benchmarks)."""
         record: dict = {"stage": self.stage, "seconds": round(self.seconds, 4)}
         if frames is not None:
             record["frames"] = int(frames)
@@ -82,7 +86,8 @@ class StageTime:
         if engine is not None:
             record["engine"] = dataclasses.asdict(engine)
         if stages is not None:
-            record["stages"] = {name: round(seconds, 4) for name, seconds in stages.items()}
+            every = {**stages, **self.collector.stages()}
+            record["stages"] = {name: round(seconds, 4) for name, seconds in every.items()}
         return {STATS_KEY: [record]}
 
 
@@ -91,8 +96,9 @@ def timed_stage(stage: str, device: Optional[torch.device] = None) -> Iterator[S
     """Time a node's work. On CUDA the device is synchronised once at the end, so the time
     covers the kernels the node queued rather than just their launch."""
     timer = StageTime(stage)
-    start = time.perf_counter()
-    yield timer
-    if device is not None and device.type == "cuda":
-        torch.cuda.synchronize(device)
-    timer.seconds = time.perf_counter() - start
+    with timer.collector:
+        start = time.perf_counter()
+        yield timer
+        if device is not None and device.type == "cuda":
+            torch.cuda.synchronize(device)
+        timer.seconds = time.perf_counter() - start
