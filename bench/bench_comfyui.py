@@ -249,9 +249,28 @@ def timeline(events: list[tuple[float, str, dict]], classes: dict[str, str]) -> 
     for (t, node), (t_next, _) in zip(started, [*started[1:], (ended, None)]):
         nodes[f"{node}:{classes.get(node, '?')}"] = round(t_next - t, 4)
     result["nodes_s"] = nodes
+    result["executed_s"] = {f"{d['node']}:{classes.get(d['node'], '?')}": round(t, 4)
+                            for t, k, d in events if k == "executed" and d.get("node") is not None}
     result["cached"] = sorted(f"{n}:{classes.get(n, '?')}" for _, k, d in events if k == "execution_cached"
                               for n in d.get("nodes", []))
     return result
+
+
+def node_edges(state: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Where a node's span (its ``executing`` message to the next) went beyond its own timer:
+    ``before_timer_s`` (the message to the timed block's start: ComfyUI's and the node's set-up),
+    ``timer_to_executed_s`` (the block's end to the node's ``executed`` message) and
+    ``executed_to_next_s`` (that message to the next node's, or to the prompt's end)."""
+    edges, begun = {}, state["before_first_node_s"]
+    for node, span in state["nodes_s"].items():  # in the order they ran
+        record, executed = state.get("node_records", {}).get(node, {}), state.get("executed_s", {}).get(node)
+        if "started_at" in record and executed is not None and "requested_at" in state:
+            started = record["started_at"] - state["requested_at"]
+            edges[node] = {"before_timer_s": round(started - begun, 4),
+                           "timer_to_executed_s": round(executed - started - record["seconds"], 4),
+                           "executed_to_next_s": round(begun + span - executed, 4)}
+        begun += span
+    return edges
 
 
 def _saved_mp4(history: dict, base: Path) -> Optional[Path]:
@@ -282,6 +301,7 @@ def run_prompt(server: Server, prompt: dict, timeout: float) -> dict[str, Any]:
     result["cpu"] = cpu_during(before, process_tree_cpu(pid), pid)
     result["node_records"] = {f"{node}:{classes.get(node, '?')}": output["ditto_stats"][0]  # the nodes' own timers
                               for node, output in got["history"].get("outputs", {}).items() if output.get("ditto_stats")}
+    result["node_edges"] = node_edges(result)
     mp4 = _saved_mp4(got["history"], server.base)
     if "error" not in result:
         if mp4 is None or not mp4.is_file():
@@ -414,6 +434,10 @@ def _print_table(result: dict[str, Any]) -> None:
                         parts.append(f"compiled {state['requested_at'] - engine['compiled_at']:.1f} s before the request")
                 if record.get("stages"):
                     parts.append(" ".join(f"{name} {seconds:.2f}" for name, seconds in record["stages"].items()))
+                if "reserved_gib_at_start" in record:
+                    parts.append(f"reserved {record['reserved_gib_at_start']:.2f} GiB at the start")
+            for node, edges in state.get("node_edges", {}).items():
+                parts.append(f"{node.split(':')[1]} span: " + " ".join(f"{k} {v:.2f}" for k, v in edges.items()))
             if state.get("cpu"):
                 cpu = state["cpu"]
                 parts.append(f"cpu server {cpu['server_s']:.2f} s ({cpu['server_threads']} threads), children "

@@ -1,4 +1,4 @@
-"""The interpreter's garbage collections while a clip is made: timed, and put off.
+"""The interpreter's garbage collections while a clip is made, timed.
 
 CPython's cyclic collector runs when enough container objects were allocated, on whichever
 thread allocated last, and holds the GIL for the whole collection. A full (oldest-generation)
@@ -6,22 +6,16 @@ collection walks every tracked object of the process: after the engine's compile
 graphs, sympy's caches) or inside ComfyUI that is millions of objects and a pause of a few
 hundred milliseconds, during which no thread queues GPU work or feeds the encoders.
 
-:class:`CollectorPauses` measures those pauses over a block (any thread's collections).
-:func:`collections_put_off` switches automatic collection off while a clip is made: a render
-allocates no reference cycles worth collecting mid-clip (tensors are freed by reference
-count), and the collections skipped are not owed afterwards (the collector's counters restart
-from the next allocation), so the pause is avoided, not moved to the clip's end. Explicit
-``gc.collect()`` calls still run (ComfyUI's after a prompt, for one).
+:class:`CollectorPauses` measures those pauses over a block (any thread's collections); the
+nodes report them beside their stages, so a slow prompt shows whether the collector was in it.
 """
 from __future__ import annotations
 
 import gc
-import threading
 import time
-from contextlib import contextmanager
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
-__all__ = ["CollectorPauses", "collections_put_off"]
+__all__ = ["CollectorPauses"]
 
 
 class CollectorPauses:
@@ -61,28 +55,3 @@ class CollectorPauses:
 
     def __exit__(self, *exc: object) -> None:
         gc.callbacks.remove(self._callback)
-
-
-_lock = threading.Lock()
-_holders = 0
-_enable_after = False
-
-
-@contextmanager
-def collections_put_off() -> Iterator[None]:
-    """No automatic collection while the block runs (on any thread); nested and concurrent
-    blocks share one switch, and the collector comes back on when the last one ends if it was
-    on when the first began."""
-    global _holders, _enable_after
-    with _lock:
-        if _holders == 0:
-            _enable_after = gc.isenabled()
-            gc.disable()
-        _holders += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _holders -= 1
-            if _holders == 0 and _enable_after:
-                gc.enable()

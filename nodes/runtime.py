@@ -72,6 +72,8 @@ class StageTime:
     stage: str
     seconds: float = 0.0
     collector: CollectorPauses = dataclasses.field(default_factory=CollectorPauses)
+    started_at: float = 0.0  # the epoch time the timed block began (benchmarks place it among ComfyUI's messages)
+    reserved_gib: Optional[float] = None  # the CUDA allocator's reserved memory then (ComfyUI may have emptied it)
 
     def ui(self, frames: Optional[int] = None, engine: Optional["EngineStats"] = None,
            stages: Optional[dict[str, float]] = None) -> dict[str, list[dict]]:
@@ -79,7 +81,9 @@ class StageTime:
         (``engine``: what the warp+decode engine did so far; ``stages``: seconds of each pipeline
         stage this node ran, with the collector's pauses (:meth:`CollectorPauses.stages`); both
         for API clients and benchmarks)."""
-        record: dict = {"stage": self.stage, "seconds": round(self.seconds, 4)}
+        record: dict = {"stage": self.stage, "seconds": round(self.seconds, 4), "started_at": round(self.started_at, 4)}
+        if self.reserved_gib is not None:
+            record["reserved_gib_at_start"] = round(self.reserved_gib, 3)
         if frames is not None:
             record["frames"] = int(frames)
             record["fps"] = round(frames / self.seconds, 2) if self.seconds > 0 else None
@@ -95,7 +99,9 @@ class StageTime:
 def timed_stage(stage: str, device: Optional[torch.device] = None) -> Iterator[StageTime]:
     """Time a node's work. On CUDA the device is synchronised once at the end, so the time
     covers the kernels the node queued rather than just their launch."""
-    timer = StageTime(stage)
+    timer = StageTime(stage, started_at=time.time())
+    if device is not None and device.type == "cuda":
+        timer.reserved_gib = torch.cuda.memory_reserved(device) / 2**30
     with timer.collector:
         start = time.perf_counter()
         yield timer

@@ -292,3 +292,17 @@ def test_the_history_is_asked_again_until_comfyui_has_stored_the_prompt():
 
     assert asyncio.run(run()) == {"outputs": {"4": {}}}
     assert asked == ["p1"] * 3
+
+
+def test_node_edges_place_a_nodes_timer_among_comfyuis_messages():
+    from bench.bench_comfyui import node_edges, timeline
+
+    events = [(0.01, "execution_start", {}), (0.02, "executing", {"node": "1"}), (0.5, "executed", {"node": "1"}),
+              (0.52, "executing", {"node": "2"}), (2.0, "executed", {"node": "2"}), (2.3, "execution_success", {})]
+    state = timeline(events, {"1": "Load", "2": "Head"})
+    assert state["executed_s"] == {"1:Load": 0.5, "2:Head": 2.0}
+    state["requested_at"] = 1000.0
+    state["node_records"] = {"2:Head": {"started_at": 1000.6, "seconds": 1.3}}  # timer 0.6-1.9 s after the request
+    edges = node_edges(state)
+    assert list(edges) == ["2:Head"]  # the node without a record has no edges
+    assert edges["2:Head"] == pytest.approx({"before_timer_s": 0.08, "timer_to_executed_s": 0.1, "executed_to_next_s": 0.3})

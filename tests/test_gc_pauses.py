@@ -1,4 +1,4 @@
-"""The interpreter's collections during a clip: timed (CollectorPauses) and put off."""
+"""The interpreter's collections during a clip, timed (CollectorPauses)."""
 from __future__ import annotations
 
 import gc
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from ditto_core.gc_pauses import CollectorPauses, collections_put_off
+from ditto_core.gc_pauses import CollectorPauses
 
 
 def _cycles(count: int) -> None:
@@ -42,42 +42,3 @@ def test_automatic_collections_are_counted_on_any_thread(collector_on):
         worker.start()
         worker.join()
     assert pauses.seconds > 0  # 50k cycles pass gen 0's threshold (700) many times
-
-
-def test_put_off_stops_automatic_collections_but_not_explicit_ones(collector_on):
-    with CollectorPauses() as pauses, collections_put_off():
-        assert not gc.isenabled()
-        _cycles(50_000)
-        assert pauses.seconds == 0
-        assert gc.collect() >= 50_000  # explicit collections still run (and free the cycles)
-        assert pauses.full == 1
-    assert gc.isenabled()
-
-
-def test_put_off_blocks_share_one_switch_across_threads(collector_on):
-    inner_entered, release = threading.Event(), threading.Event()
-
-    def other() -> None:
-        with collections_put_off():
-            inner_entered.set()
-            release.wait(10)
-
-    with collections_put_off():
-        worker = threading.Thread(target=other)
-        worker.start()
-        assert inner_entered.wait(10)
-    assert not gc.isenabled()  # the other thread's block is still open
-    release.set()
-    worker.join()
-    assert gc.isenabled()
-
-
-def test_put_off_leaves_a_disabled_collector_disabled():
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        with collections_put_off():
-            assert not gc.isenabled()
-        assert not gc.isenabled()
-    finally:
-        (gc.enable if was else gc.disable)()
