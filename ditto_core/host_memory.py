@@ -1,26 +1,32 @@
-"""Hand freed host memory back to the operating system after a render.
+"""Hand freed host memory back to the operating system once videos stop being made.
 
 glibc serves each thread from its own heap arena and keeps what the thread frees for reuse.
 Every video gets a new encoder thread, so with many cores the first renders of a session
 each leave tens of MiB of freed-but-kept frame buffers in a fresh arena (the growth on a
-16-core H200 host is in docs/PERFORMANCE.md). ``malloc_trim`` releases the free pages of every arena at once. Elsewhere (musl,
-macOS, Windows) there is nothing to do.
+16-core H200 host is in docs/PERFORMANCE.md); a process that loaded models or compiled the
+engine holds gigabytes more. ``malloc_trim`` releases the free pages of every arena at once.
+Elsewhere (musl, macOS, Windows) there is nothing to do.
 
-A trim walks every arena (tens of milliseconds on a host that has run many encoder threads),
-so a finished video asks for it on a thread of its own (:func:`trim_host_heap_soon`) rather than
-make its caller, who is waiting for the MP4, wait for that too.
+A trim walks every arena, holding each one's lock while it returns its pages: with gigabytes
+free that takes a few hundred milliseconds, and any thread allocating from an arena being
+trimmed waits (in ComfyUI, the executor finishing the prompt whose video just ended). So the
+trim waits for the process to be idle: :func:`video_started` marks a video in the making, and
+:data:`IDLE_SECONDS` after the last one ends, with none begun since, a thread of ours trims. A
+process that makes videos back to back keeps its heap for the next one, which reuses it.
 """
 from __future__ import annotations
 
 import ctypes
 import sys
 import threading
+import time
 from functools import lru_cache
 from typing import Callable, Optional
 
-__all__ = ["trim_host_heap", "trim_host_heap_soon"]
+__all__ = ["IDLE_SECONDS", "VideoSpan", "trim_host_heap", "video_started"]
 
-_trimming = threading.Lock()  # held while a background trim runs
+IDLE_SECONDS = 2.0
+"""How long no video may have been in the making before the heap is trimmed."""
 
 
 @lru_cache(maxsize=1)
@@ -34,7 +40,7 @@ def _malloc_trim() -> Optional[Callable[[int], int]]:
 
 
 def trim_host_heap() -> bool:
-    """Release free heap pages to the OS; returns whether anything could be asked for."""
+    """Release free heap pages to the OS now; returns whether anything could be asked for."""
     trim = _malloc_trim()
     if trim is None:
         return False
@@ -42,16 +48,67 @@ def trim_host_heap() -> bool:
     return True
 
 
-def trim_host_heap_soon() -> None:
-    """:func:`trim_host_heap` on a background thread. A call while one is still running adds
-    nothing (that one releases what is free by then; the next video's trim gets the rest)."""
-    if _malloc_trim() is None or not _trimming.acquire(blocking=False):
-        return
+class _IdleTrim:
+    """The process's videos in the making and its one pending trim.
 
-    def trim() -> None:
-        try:
-            trim_host_heap()
-        finally:
-            _trimming.release()
+    ``_making``: videos started and not ended; ``_due``: when the pending trim may run
+    (monotonic seconds), None when none is pending. The thread that waits for it lives only
+    while one is pending.
+    """
 
-    threading.Thread(target=trim, name="ditto-heap-trim", daemon=True).start()
+    def __init__(self, trim: Callable[[], object] = trim_host_heap) -> None:
+        self._trim = trim
+        self._changed = threading.Condition()
+        self._making = 0
+        self._due: Optional[float] = None
+        self._thread: Optional[threading.Thread] = None
+
+    def started(self) -> None:
+        with self._changed:
+            self._making += 1
+
+    def ended(self) -> None:
+        with self._changed:
+            self._making -= 1
+            if self._making or _malloc_trim() is None:
+                return
+            self._due = time.monotonic() + IDLE_SECONDS
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._wait_then_trim, name="ditto-heap-trim", daemon=True)
+                self._thread.start()
+            self._changed.notify_all()
+
+    def _wait_then_trim(self) -> None:
+        with self._changed:
+            while True:
+                if self._making:  # a video began: its end sets a new due time
+                    self._changed.wait()
+                    continue
+                left = self._due - time.monotonic()
+                if left <= 0:
+                    self._due, self._thread = None, None
+                    break
+                self._changed.wait(left)
+        self._trim()
+
+
+_IDLE_TRIM = _IdleTrim()
+
+
+class VideoSpan:
+    """A video in the making (see :func:`video_started`); :meth:`end` it once, more calls are no-ops."""
+
+    def __init__(self) -> None:
+        self._open = True
+        _IDLE_TRIM.started()
+
+    def end(self) -> None:
+        if self._open:
+            self._open = False
+            _IDLE_TRIM.ended()
+
+
+def video_started() -> VideoSpan:
+    """Mark a video in the making until the returned span's :meth:`~VideoSpan.end`: no trim runs
+    meanwhile, and one runs :data:`IDLE_SECONDS` after the last span ends unless another begins."""
+    return VideoSpan()

@@ -198,47 +198,78 @@ def test_cuda_frames_freed_and_reused_right_after_write_arrive_intact(tmp_path):
     assert np.abs(decoded.astype(np.int16) - frames.numpy().astype(np.int16)).mean() < 2.0
 
 
-def test_leaving_the_writer_hands_freed_heap_back(tmp_path, monkeypatch):
-    """Each video's encoder thread leaves its frame buffers in a glibc arena; exit trims them."""
-    calls = []
-    monkeypatch.setattr(writer_module, "trim_host_heap_soon", lambda: calls.append(True))
-    with VideoWriter(tmp_path / "ok.mp4", width=64, height=64, fps=25) as writer:
-        writer.write(torch.zeros(2, 64, 64, 3, dtype=torch.uint8))
-    with pytest.raises(RuntimeError):
-        with VideoWriter(tmp_path / "failed.mp4", width=64, height=64, fps=25):
-            raise RuntimeError("render failed")
-    assert calls == [True, True]
-    assert (tmp_path / "ok.mp4").exists() and not (tmp_path / "failed.mp4").exists()
-
-
 def test_trim_host_heap_reports_whether_it_could_run():
     assert trim_host_heap() == (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc")
 
 
-def test_the_heap_is_trimmed_off_the_callers_thread_once_at_a_time(monkeypatch):
+@pytest.fixture
+def idle_trims(monkeypatch):
+    """The process's idle trim replaced by one that records (thread, time) of each trim, 0.3 s idle."""
     from ditto_core import host_memory
 
-    release, threads = threading.Event(), []
+    trims: list[tuple[str, float]] = []
+    monkeypatch.setattr(host_memory, "IDLE_SECONDS", 0.3)
+    monkeypatch.setattr(host_memory, "_IDLE_TRIM", host_memory._IdleTrim(
+        trim=lambda: trims.append((threading.current_thread().name, time.monotonic()))))
+    return trims
 
-    def slow_trim(pad):
-        threads.append(threading.current_thread().name)
-        release.wait(5)
-        return 1
 
-    monkeypatch.setattr(host_memory, "_malloc_trim", lambda: slow_trim)
-    host_memory.trim_host_heap_soon()
-    host_memory.trim_host_heap_soon()  # while the first still runs: nothing more
-    deadline = time.monotonic() + 5
-    while not threads and time.monotonic() < deadline:
+def _wait_for(condition, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert threads == ["ditto-heap-trim"]
-    release.set()
-    while host_memory._trimming.locked() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    host_memory.trim_host_heap_soon()  # the first is done: this one runs
-    while len(threads) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert threads == ["ditto-heap-trim"] * 2
+
+
+@pytest.mark.skipif(not trim_host_heap(), reason="glibc's malloc_trim only")
+def test_the_heap_is_trimmed_once_no_video_has_been_made_for_a_while(idle_trims):
+    from ditto_core.host_memory import video_started
+
+    span = video_started()
+    ended = time.monotonic()
+    span.end()
+    span.end()  # a second end is nothing
+    _wait_for(lambda: idle_trims)
+    assert len(idle_trims) == 1 and idle_trims[0][0] == "ditto-heap-trim"
+    assert idle_trims[0][1] - ended >= 0.3
+    time.sleep(0.5)
+    assert len(idle_trims) == 1  # one trim per idle spell
+
+
+@pytest.mark.skipif(not trim_host_heap(), reason="glibc's malloc_trim only")
+def test_no_trim_runs_while_a_video_is_made_nor_before_the_last_has_ended_for_a_while(idle_trims):
+    from ditto_core.host_memory import video_started
+
+    first, second = video_started(), video_started()
+    first.end()
+    time.sleep(0.5)
+    assert idle_trims == []  # the second is still being made
+    second.end()
+    third = video_started()  # the next video begins within the idle time
+    time.sleep(0.5)
+    assert idle_trims == []
+    ended = time.monotonic()
+    third.end()
+    _wait_for(lambda: idle_trims)
+    assert len(idle_trims) == 1 and idle_trims[0][1] - ended >= 0.3
+
+
+@pytest.mark.skipif(not trim_host_heap(), reason="glibc's malloc_trim only")
+def test_leaving_a_writer_leaves_the_trim_to_the_idle_thread(tmp_path, idle_trims):
+    """Each video's encoder thread leaves its frame buffers in a glibc arena: they are handed back
+    once no writer is open, whether the video was saved or failed."""
+    from ditto_core import host_memory
+
+    with VideoWriter(tmp_path / "ok.mp4", width=64, height=64, fps=25, preset="ultrafast") as writer:
+        writer.write(torch.zeros(2, 64, 64, 3, dtype=torch.uint8))
+        assert host_memory._IDLE_TRIM._making == 1
+    with pytest.raises(RuntimeError):
+        with VideoWriter(tmp_path / "failed.mp4", width=64, height=64, fps=25):
+            raise RuntimeError("render failed")
+    left = time.monotonic()
+    assert host_memory._IDLE_TRIM._making == 0 and idle_trims == []  # not on the caller's way out
+    _wait_for(lambda: idle_trims)
+    assert len(idle_trims) == 1 and idle_trims[0][0] == "ditto-heap-trim" and idle_trims[0][1] - left >= 0.25
+    assert (tmp_path / "ok.mp4").exists() and not (tmp_path / "failed.mp4").exists()
 
 
 def test_one_encoder_leaves_two_cores_to_the_render_on_big_hosts(tmp_path, monkeypatch):

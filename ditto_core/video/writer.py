@@ -37,7 +37,7 @@ from torch import Tensor
 from ..atomic_files import DiskFullError, discard, disk_full_error
 from ..errors import DittoError, InputError
 from ..gil_turns import short_gil_turns
-from ..host_memory import trim_host_heap, trim_host_heap_soon
+from ..host_memory import trim_host_heap, video_started
 from .colour import pad_to_even, rgb_to_yuv420p
 from .audio_track import Waveform, prepare_audio
 from .encoder import SegmentEncoder, check_frames
@@ -75,8 +75,9 @@ _DEFAULT_POOL_BYTES = 1 << 30
 # runs ahead of it, and the core is one that x264, the bottleneck, needs. Benchmarks switch it.
 HOST_WAIT_BLOCKS = True
 
-# Whether leaving a writer trims the host heap on a background thread (the caller, waiting for
-# its MP4, goes on at once) rather than on the caller's. Benchmarks switch it.
+# Whether the host heap is trimmed once no video has been made for a while (host_memory: the
+# caller, and whatever runs after it, go on at once) rather than on the caller's thread as it
+# leaves the writer. Benchmarks switch it.
 TRIM_IN_BACKGROUND = True
 
 
@@ -385,6 +386,7 @@ class VideoWriter:
             self._segment_done.notify_all()
 
     def __enter__(self) -> "VideoWriter":
+        self._making = video_started()
         return self
 
     def __exit__(
@@ -399,11 +401,11 @@ class VideoWriter:
             else:
                 self.abort()
         finally:
-            # The encoder threads' frame buffers, kept by their heap arenas, handed back.
+            # The encoder threads' frame buffers, kept by their heap arenas, handed back: once the
+            # process is idle (host_memory), or here.
             start = time.perf_counter()
-            if TRIM_IN_BACKGROUND:
-                trim_host_heap_soon()
-            else:
+            self._making.end()
+            if not TRIM_IN_BACKGROUND:
                 trim_host_heap()
             self.finish_seconds["trim"] = time.perf_counter() - start
 
