@@ -1,5 +1,6 @@
 #!/bin/bash
-# Prepared in session 29 for the next device session (not yet run). Run from main with carry
+# Prepared in session 29 for the next device session (not yet run; .carry/primed_shapes.patch:
+# git show s29-primed-shapes -- ditto_core > .carry/primed_shapes.patch). Run from main with carry
 # [".whl", ".carry"]. Branch s29-primed-shapes = .carry/primed_shapes.patch (an eager batch computes
 # only the two sizes the priming ran: a clip's last stretch shorter than a batch in first-batch
 # pieces, the last padded).

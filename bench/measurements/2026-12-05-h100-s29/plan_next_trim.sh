@@ -3,7 +3,7 @@
 # for 2 s (f2a7cba, .carry/idle_trim.patch) against the trim started as each video ends, in a real
 # ComfyUI, three relaunches each: the 0.19-0.29 s some prompts spent after the node's timer
 # (node_edges: timer_to_executed_s, executed_to_next_s) should be gone from "main".
-# Carry [".whl", ".carry"].
+# Carry [".whl", ".carry"] (.carry/idle_trim.patch: git show f2a7cba -- ditto_core > .carry/idle_trim.patch).
 set -u
 START=$(date +%s); T0=$SECONDS
 NEED_HUBERT=1 . bench/measurements/2026-12-05-h100-s28/comfyui_preamble.sh
