@@ -6,8 +6,9 @@ collection walks every tracked object of the process: after the engine's compile
 graphs, sympy's caches) or inside ComfyUI that is millions of objects and a pause of a few
 hundred milliseconds, during which no thread queues GPU work or feeds the encoders.
 
-:class:`CollectorPauses` measures those pauses over a block (any thread's collections); the
-nodes report them beside their stages, so a slow prompt shows whether the collector was in it.
+:class:`CollectorPauses` measures those pauses over a block (any thread's collections): every Ditto
+node's timer holds one, and a node that reports its stages (the all-in-one) adds them, so a slow
+prompt shows whether the collector was in it.
 """
 from __future__ import annotations
 
