@@ -211,7 +211,8 @@ class VideoWriter:
         self._input_ended = False
         # Where the wait after the last frame goes, seconds (the benchmark's breakdown of the
         # tail): the encoders finishing what was queued, then with one encoder x264's flush and
-        # the file's publishing, and the heap trim on leaving the ``with`` block.
+        # the file's publishing, and on leaving the ``with`` block the caller's part of the heap
+        # trim (nothing but marking the video done, unless TRIM_IN_BACKGROUND is off).
         self.finish_seconds: dict[str, float] = {}
         # Where a render's time goes, seconds: write() waiting for a free buffer, all of them in
         # flight (the producer ahead of the encoders), and the encoder threads waiting for a
