@@ -91,6 +91,7 @@ class Server:
     comfyui: Path
     python: str
     port: int = field(default_factory=_free_port)
+    stall_log: Optional[Path] = None  # with --trace-stalls: where stall_trace writes
     process: Optional[subprocess.Popen] = None
     spawned: float = 0.0
     ready_s: Optional[float] = None
@@ -107,6 +108,8 @@ class Server:
         if self.device == "cpu":
             command.append("--cpu")
         env = {**os.environ, **cache_env(self.cache_root), "PYTHONUNBUFFERED": "1"}
+        if self.stall_log is not None:
+            env["DITTO_STALL_TRACE"] = str(self.stall_log)
         self.spawned = time.time()
         with open(self.log_path, "a") as log:
             self.process = subprocess.Popen(command, cwd=self.comfyui, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -273,6 +276,28 @@ def node_edges(state: dict[str, Any]) -> dict[str, dict[str, float]]:
     return edges
 
 
+WAITING = ("threading.py", "queue.py", "selectors.py", "base_events.py", "stall_trace.py")
+"""Where a thread's innermost frame lies while it waits (its own ``sleep`` or ``wait`` call)."""
+
+
+def prompt_stalls(path: Path, start: float, end: float, top: int = 5) -> list[dict[str, Any]]:
+    """The ``top`` longest stalls :mod:`bench.stall_trace` wrote between ``start`` and ``end``
+    (epoch seconds): when each began (seconds after ``start``), how long, and the threads that
+    were not waiting then (their innermost frames)."""
+    stalls = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            stall = json.loads(line)
+        except json.JSONDecodeError:  # the last line of a server stopped while writing
+            continue
+        began = stall["at"] - stall["late_s"]
+        if start <= stall["at"] and began <= end:
+            busy = {name: frames[-3:] for name, frames in stall["threads"].items()
+                    if frames and frames[-1].split(":")[0] not in WAITING}
+            stalls.append({"t_s": round(began - start, 3), "late_s": stall["late_s"], "busy": busy})
+    return sorted(stalls, key=lambda stall: -stall["late_s"])[:top]
+
+
 def _saved_mp4(history: dict, base: Path) -> Optional[Path]:
     for output in history.get("outputs", {}).values():
         for entry in output.get("images", []):
@@ -302,6 +327,8 @@ def run_prompt(server: Server, prompt: dict, timeout: float) -> dict[str, Any]:
     result["node_records"] = {f"{node}:{classes.get(node, '?')}": output["ditto_stats"][0]  # the nodes' own timers
                               for node, output in got["history"].get("outputs", {}).items() if output.get("ditto_stats")}
     result["node_edges"] = node_edges(result)
+    if server.stall_log is not None:
+        result["stalls"] = prompt_stalls(server.stall_log, got["requested_at"], got["requested_at"] + result["wall_s"])
     mp4 = _saved_mp4(got["history"], server.base)
     if "error" not in result:
         if mp4 is None or not mp4.is_file():
@@ -332,10 +359,15 @@ def workflow(name: str, speech: str, device: str, preset: str, crf: int, steps: 
 # ----------------------------------------------------------------------------- the states
 
 
-def prepare_base(base: Path, pack: Path, models: Path, image: Path, speeches: tuple[Path, Path]) -> None:
-    """A ComfyUI base folder: the pack in custom_nodes, the models in models/ditto, the inputs."""
+def prepare_base(base: Path, pack: Path, models: Path, image: Path, speeches: tuple[Path, Path],
+                 trace_stalls: bool = False) -> None:
+    """A ComfyUI base folder: the pack in custom_nodes (with ``trace_stalls``, beside it
+    :mod:`bench.stall_trace` as a package of its own), the models in models/ditto, the inputs."""
     (base / "custom_nodes").mkdir(parents=True)
     (base / "custom_nodes" / "ComfyUI-Ditto").symlink_to(pack.resolve(), target_is_directory=True)
+    if trace_stalls:
+        (base / "custom_nodes" / "ditto_stall_trace").mkdir()
+        shutil.copyfile(Path(__file__).with_name("stall_trace.py"), base / "custom_nodes" / "ditto_stall_trace" / "__init__.py")
     (base / "models").mkdir()
     (base / "models" / "ditto").symlink_to(models.resolve(), target_is_directory=True)
     (base / "user").mkdir()  # ComfyUI's database and the pack's avatar cache
@@ -349,7 +381,8 @@ def launch_and_queue(args: argparse.Namespace, base: Path, cache_root: Path, pro
                      idle_before: list[float], linger: float = 0.0) -> dict[str, Any]:
     """Launch a server, queue ``prompts`` one after another (each after its idle wait), keep it
     up ``linger`` seconds more, stop it."""
-    server = Server(base, cache_root, base / "comfyui.log", args.device, args.comfyui, args.comfyui_python)
+    server = Server(base, cache_root, base / "comfyui.log", args.device, args.comfyui, args.comfyui_python,
+                    stall_log=base / "stalls.jsonl" if args.trace_stalls else None)
     result: dict[str, Any] = {"launch": {}, "prompts": []}
     try:
         server.start(args.startup_timeout)
@@ -442,6 +475,9 @@ def _print_table(result: dict[str, Any]) -> None:
                 cpu = state["cpu"]
                 parts.append(f"cpu server {cpu['server_s']:.2f} s ({cpu['server_threads']} threads), children "
                              f"{cpu['children']} ({cpu['children_s']:.2f} s)")
+            for stall in state.get("stalls", [])[:3]:
+                busy = "; ".join(f"{thread}: {frames[-1]}" for thread, frames in stall["busy"].items())
+                parts.append(f"stall {stall['late_s']:.2f} s at {stall['t_s']:.2f} [{busy}]")
             if state.get("all_wall_s"):
                 parts.append("every launch " + " ".join(f"{v:.2f}" for v in state["all_wall_s"]))
             print(f"{pack:<10} {name:<13} {state['wall_s']:7.2f}  {', '.join(parts)}")
@@ -509,6 +545,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                         help="the longest wait, after a server stops, for the builds it started in the background")
     parser.add_argument("--startup-timeout", type=float, default=300)
     parser.add_argument("--prompt-timeout", type=float, default=600)
+    parser.add_argument("--trace-stalls", action="store_true",
+                        help="note in each prompt the longest stalls of the server's threads and what ran then (bench/stall_trace.py)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.comfyui is None or not (args.comfyui / "main.py").is_file():
@@ -545,7 +583,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         bases = {name: work / f"base_{name}" for name in packs}
         firsts, later = {}, {name: [] for name in packs}
         for name, folder in packs.items():
-            prepare_base(bases[name], folder, args.models, args.image, speeches)
+            prepare_base(bases[name], folder, args.models, args.image, speeches, args.trace_stalls)
             firsts[name] = launch_and_queue(args, bases[name], bases[name] / "caches", prompts[:1], [0.0],
                                             args.linger_after_first)
         for _ in range(args.repeats):

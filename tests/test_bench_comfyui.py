@@ -175,7 +175,7 @@ def test_the_benchmark_times_each_state_of_a_real_comfyui(tmp_path, reference_di
     args = ["--models", str(models), "--device", "cpu", "--stub-hubert", "--max-seconds", "0.2", "--repeats", "1",
             "--idle-before-warm", "0.5", "--linger-after-first", "0.5", "--warm-rounds", "2", "--image", str(example_dir / "portrait.jpg"),
             "--audio", str(example_dir / "speech_24k_mono.wav"), "--out", str(tmp_path / "out.json"),
-            "--comfyui-python", os.environ.get("COMFYUI_PYTHON", sys.executable)]
+            "--comfyui-python", os.environ.get("COMFYUI_PYTHON", sys.executable), "--trace-stalls"]
     if given:
         models.mkdir()
         for name in OFFICIAL_FILES:  # the networks only: the benchmark writes its HuBERT into aux_models/
@@ -206,6 +206,8 @@ def test_the_benchmark_times_each_state_of_a_real_comfyui(tmp_path, reference_di
     # The second round speaks the first prompt's speech again: its audio is loaded anew.
     assert states["warm_process_2"]["cached"] == ["1:DittoLoadModels", "2:LoadImage"]
     assert states["warm_queued_2"]["cached"] == ["1:DittoLoadModels", "2:LoadImage", "3:LoadAudio"]
+    for name, state in states.items():  # the tracer ran in the server: each prompt's stalls, inside it
+        assert all(-stall["late_s"] <= stall["t_s"] <= state["wall_s"] and stall["late_s"] > 0.02 for stall in state["stalls"]), state
     for name, state in states.items():
         assert state["cpu"]["server_s"] > 0 and state["cpu"]["server_threads"] > 1, (name, state["cpu"])
     assert result["log_counts"]["main"] == {"captured_allocation_freed": 0, "prompt_failed": 0}
