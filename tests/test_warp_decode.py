@@ -164,15 +164,17 @@ def test_engine_matches_unfused_official_networks(official_ckpt_dir):
 # ------------------------------------------------------------------------------- stand-ins
 
 
-@pytest.mark.parametrize("batch_size", [1, 3, 4, 5, 8])
-def test_batch_size_does_not_change_frames(batch_size):
+# 5 frames in batches of each size, first batch 4: a last stretch shorter than a batch larger than
+# 4 goes in pieces of 4, each computed as 4 (the last frame repeated).
+@pytest.mark.parametrize("batch_size, computed", [(1, [1] * 5), (3, [3, 2]), (4, [4, 1]), (5, [5]), (8, [4, 4])])
+def test_batch_size_does_not_change_frames(batch_size, computed):
     warp, decoder = toy_networks()
     source, motion = make_source(volumes(1)), make_motion(5)
     expected = unfused(warp, decoder, source, motion)
     got = WarpDecodeEngine(warp, decoder, batch_size=batch_size, compile=False).render(source, motion)
     assert got.images.shape == (5, 3, 32, 32)
     assert rel_l2(got.images, expected) < 1e-6
-    assert decoder.batch_sizes[5:] == [min(batch_size, 5 - i) for i in range(0, 5, batch_size)]
+    assert decoder.batch_sizes[5:] == computed
 
 
 def test_multi_source_frames_use_their_own_volume():
@@ -710,7 +712,8 @@ def test_background_warmup_renders_eagerly_until_the_graph_is_ready(gated_compil
     # The compile is still running: the whole clip comes from eager code, nothing waited for it.
     got = engine.render(source, motion).images
     assert rel_l2(got, expected) < 1e-6
-    assert engine.stats.graph_batches == 0 and engine.stats.eager_batches == 3 and not calls
+    # 2 (the ramp), 4, then the last 3 frames as 2 + 1 (computed as 2): only primed sizes eagerly.
+    assert engine.stats.graph_batches == 0 and engine.stats.eager_batches == 4 and not calls
     gate.set()
     engine._warmups[(True, 4)].ready.wait(timeout=30)
     assert calls == ["ditto-engine-warmup"]  # the warm-up ran the graph once, in its own thread
@@ -731,11 +734,11 @@ def test_deferred_warmup_compiles_only_once_a_clip_is_rendered(gated_compile):
     expected = unfused(warp, decoder, source, motion)
     engine = WarpDecodeEngine(warp, decoder, batch_size=4, first_batch=2, warmup="deferred")
     batches = engine.iter_render(source, motion)
-    for _ in range(3):
+    for _ in range(4):  # 2, 4, 2, 1
         next(batches)
         assert not engine._warmups  # no compile while the clip renders
     assert next(batches, None) is None  # the clip is out: now the compile starts
-    assert list(engine._warmups) == [(True, 4)] and engine.stats.eager_batches == 3
+    assert list(engine._warmups) == [(True, 4)] and engine.stats.eager_batches == 4
     assert not engine.compiled_ready() and engine.stats.compiled_at is None
     got = engine.render(source, motion).images  # the compile still running: eager again
     assert rel_l2(got, expected) < 1e-6 and engine.stats.graph_batches == 0
@@ -758,12 +761,35 @@ def test_a_short_last_stretch_renders_eagerly_in_first_batch_pieces(gated_compil
     engine = WarpDecodeEngine(warp, decoder, batch_size=8, first_batch=2, warmup="background")
     engine.start_warmup(volume_shape=tuple(source.f_s.shape[1:]))
     assert engine._warmups[(True, 8)].ready.wait(timeout=30)
+    computed = []
+    forward = engine._forward
+    engine._forward = lambda f_s, kp_s, kp_d: computed.append(kp_d.shape[0]) or forward(f_s, kp_s, kp_d)
     pieces = [(first, images.shape[0]) for first, images in engine.iter_render(source, motion)]
     assert pieces == [(0, 2), (2, 8), (10, 2), (12, 1)]
+    assert computed == [2, 2, 2]  # eagerly, the last frame's piece padded to the first batch's size
     assert engine.stats.graph_batches == 1 and engine.stats.eager_batches == 3
     assert rel_l2(engine.render(source, make_motion(13)).images, unfused(warp, decoder, source, motion)) < 1e-6
     longer = [images.shape[0] for _, images in engine.iter_render(source, make_motion(15))]
     assert longer == [2, 8, 5]  # more than half a batch left: the graph, padded
+
+
+def test_an_eager_clip_computes_only_the_two_primed_batch_sizes():
+    """No compile: 13 frames in batches of 8 with first batch 2 are 8, then the 5 left as 2 + 2 + 1,
+    every eager call computing 2 or 8 frames (the sizes the priming runs), the frames unchanged."""
+    warp, decoder = toy_networks()
+    source, motion = make_source(volumes(1)), make_motion(13)
+    engine = WarpDecodeEngine(warp, decoder, batch_size=8, first_batch=2, compile=False)
+    computed = []
+    forward = engine._forward
+    engine._forward = lambda f_s, kp_s, kp_d: computed.append(kp_d.shape[0]) or forward(f_s, kp_s, kp_d)
+    pieces = [(first, images.shape[0]) for first, images in engine.iter_render(source, motion)]
+    assert pieces == [(0, 8), (8, 2), (10, 2), (12, 1)] and computed == [8, 2, 2, 2]
+    assert rel_l2(engine.render(source, make_motion(13)).images, unfused(warp, decoder, source, motion)) < 1e-6
+    video, own = make_source(volumes(13)), make_motion(13, torch.arange(13))  # one volume a frame
+    assert rel_l2(engine.render(video, own).images, unfused(warp, decoder, video, own)) < 1e-6
+    computed.clear()
+    engine.first_batch = 0  # pieces off: the last stretch in one batch of its own size
+    assert [images.shape[0] for _, images in engine.iter_render(source, motion)] == [8, 5] and computed == [8, 5]
 
 
 def test_background_warmup_of_a_video_source_is_its_own_graph(gated_compile):

@@ -263,13 +263,15 @@ class WarpDecodeEngine(nn.Module):
         return self._render(f_s, kp_source, kp_driving, eager=not graph)
 
     def _render(
-        self, f_s: Tensor, kp_source: Tensor, kp_driving: Tensor, index: Optional[Tensor] = None, eager: bool = False
+        self, f_s: Tensor, kp_source: Tensor, kp_driving: Tensor, index: Optional[Tensor] = None, eager: bool = False,
+        eager_size: int = 0,
     ) -> Tensor:
-        """Render n frames; ``index`` (n,) picks each frame's volume from ``f_s`` (all source frames)."""
+        """Render n frames; ``index`` (n,) picks each frame's volume from ``f_s`` (all source frames).
+        ``eager_size``: eager code computes at least this many (the last frame repeated)."""
         n = kp_driving.shape[0]
         compiled = self.stats.compiled and not eager
         # The compiled path always sees batch_size frames: one static shape, one graph.
-        args = self._arguments(f_s, kp_source, kp_driving, index, self.batch_size if compiled else n)
+        args = self._arguments(f_s, kp_source, kp_driving, index, self.batch_size if compiled else max(n, eager_size))
         if compiled:
             try:
                 out = self._run_compiled(args)[:n]
@@ -496,19 +498,26 @@ class WarpDecodeEngine(nn.Module):
         while start < total:
             # Decided per attempt: after an out-of-VRAM retry the batch may be no larger than the ramp.
             graph = self._graph_ready(shared_volume=shared_volume, volume_shape=tuple(f_s.shape[1:]), frames=total)
-            first = start == 0 and self.stats.compiled and 0 < self.first_batch < self.batch_size
+            pieces = 0 < self.first_batch < self.batch_size
+            first = start == 0 and self.stats.compiled and pieces
             # A last stretch of at most half a batch is rendered eagerly, first-batch-sized piece
             # by piece: the graph would compute a whole batch for it, and the encoder gets the
             # clip's last frames piece by piece instead of all at once after the last batch.
-            tail = (graph and not first and self.stats.compiled and 0 < self.first_batch
-                    and total - start <= self.batch_size // 2)
-            rows = slice(start, min(start + (self.first_batch if first or tail else self.batch_size), total))
+            tail = graph and not first and self.stats.compiled and pieces and total - start <= self.batch_size // 2
+            # An eager clip's last stretch, shorter than a batch, goes in such pieces too. Each
+            # piece is padded to the first batch's size: an eager batch only ever has the two sizes
+            # the priming ran, since a new size costs its first call cuDNN's plans and our mask
+            # conv's tuning (in one profile 0.94 s for a 6-frame last batch).
+            short = not graph and pieces and total - start < self.batch_size
+            piece = first or tail or short
+            rows = slice(start, min(start + (self.first_batch if piece else self.batch_size), total))
             motion.wait_rows(rows.stop)  # motion may still be being generated (rows read only from here on)
             index = None if shared_volume else motion.source_index[rows].to(self.device)
             try:
                 images = self._render(
                     f_s, motion.kp_source[rows].to(self.device, torch.float32),
                     motion.kp_driving[rows].to(self.device, torch.float32), index, eager=first or tail or not graph,
+                    eager_size=self.first_batch if piece else 0,
                 )
             except torch.cuda.OutOfMemoryError as error:
                 if self.batch_size == 1:
