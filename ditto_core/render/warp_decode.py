@@ -507,7 +507,7 @@ class WarpDecodeEngine(nn.Module):
             # An eager clip's last stretch, shorter than a batch, goes in such pieces too. Each
             # piece is padded to the first batch's size: an eager batch only ever has the two sizes
             # the priming ran, since a new size costs its first call cuDNN's plans and our mask
-            # conv's tuning (in one profile 0.94 s for a 6-frame last batch).
+            # conv's tuning (docs/PERFORMANCE.md, session 29).
             short = not graph and pieces and total - start < self.batch_size
             piece = first or tail or short
             rows = slice(start, min(start + (self.first_batch if piece else self.batch_size), total))
