@@ -1,4 +1,4 @@
-"""The interpreter's garbage collections while a clip is made, timed.
+"""The interpreter's garbage collections while a clip is made, timed, and kept short after it.
 
 CPython's cyclic collector runs when enough container objects were allocated, on whichever
 thread allocated last, and holds the GIL for the whole collection. A full (oldest-generation)
@@ -9,14 +9,27 @@ hundred milliseconds, during which no thread queues GPU work or feeds the encode
 :class:`CollectorPauses` measures those pauses over a block (any thread's collections): every Ditto
 node's timer holds one, and a node that reports its stages (the all-in-one) adds them, so a slow
 prompt shows whether the collector was in it.
+
+:func:`freeze_live_objects` keeps one such pause out of what a user waits for. ComfyUI runs a
+full collection on its executor thread right after a prompt (when its last one is 10 s old or
+more), before its server thread, which needs the GIL, has sent the prompt's last messages: the
+client learns that the video is done only after the collection. Frozen objects are skipped by
+every collection, so the nodes freeze what is alive as they finish and thaw it a few seconds
+later; nothing stays out of the collector for longer than that, and garbage frozen meanwhile
+is freed by the first collection after the thaw.
 """
 from __future__ import annotations
 
 import gc
+import threading
 import time
 from typing import Any, Optional
 
-__all__ = ["CollectorPauses"]
+__all__ = ["CollectorPauses", "FROZEN_SECONDS", "freeze_live_objects", "thaw_live_objects"]
+
+FROZEN_SECONDS = 5.0
+"""How long :func:`freeze_live_objects` keeps the objects out of collections (a prompt's end
+and the host's collection after it lie well within)."""
 
 
 class CollectorPauses:
@@ -56,3 +69,48 @@ class CollectorPauses:
 
     def __exit__(self, *exc: object) -> None:
         gc.callbacks.remove(self._callback)
+
+
+class _Freeze:
+    """Our freeze of the collector's objects, if one is on, and the timer that ends it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._timer: Optional[threading.Timer] = None
+
+    def freeze(self, seconds: float) -> bool:
+        with self._lock:
+            if self._timer is not None:  # ours: the objects made since join, the thaw keeps its time
+                gc.freeze()  # (so nothing stays frozen long however busy the process)
+                return True
+            if gc.get_freeze_count():  # another library's freeze: left as it is
+                return False
+            gc.freeze()
+            self._timer = threading.Timer(seconds, self.thaw)
+            self._timer.daemon = True
+            self._timer.name = "ditto-gc-thaw"
+            self._timer.start()
+            return True
+
+    def thaw(self) -> None:
+        with self._lock:
+            if self._timer is None:
+                return
+            self._timer.cancel()
+            self._timer = None
+            gc.unfreeze()
+
+
+_FREEZE = _Freeze()
+
+
+def freeze_live_objects(seconds: float = FROZEN_SECONDS) -> bool:
+    """Move every object the collector tracks out of its reach for ``seconds`` (see the module
+    docstring). Called again before the thaw, it freezes the objects made since and leaves the
+    thaw when it was; returns False (and freezes nothing) where another library has frozen objects."""
+    return _FREEZE.freeze(seconds)
+
+
+def thaw_live_objects() -> None:
+    """End our freeze now, if one is on."""
+    _FREEZE.thaw()

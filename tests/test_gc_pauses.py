@@ -42,3 +42,73 @@ def test_automatic_collections_are_counted_on_any_thread(collector_on):
         worker.start()
         worker.join()
     assert pauses.seconds > 0  # 50k cycles pass gen 0's threshold (700) many times
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.fixture
+def thawed():
+    from ditto_core.gc_pauses import thaw_live_objects
+
+    thaw_live_objects()
+    assert gc.get_freeze_count() == 0, "a freeze from outside the test"
+    yield
+    thaw_live_objects()
+    gc.unfreeze()
+
+
+def _frozen_garbage():
+    import weakref
+
+    cycle = _Cycle()
+    return weakref.ref(cycle)  # the cycle is garbage once this returns; only the collector frees it
+
+
+def test_frozen_objects_are_skipped_by_full_collections_until_the_thaw(thawed, collector_on):
+    import time
+
+    from ditto_core.gc_pauses import freeze_live_objects
+
+    garbage = _frozen_garbage()
+    assert freeze_live_objects(seconds=0.3)
+    assert gc.get_freeze_count() > 0
+    gc.collect()
+    assert garbage() is not None  # frozen: not even looked at
+    deadline = time.monotonic() + 5
+    while gc.get_freeze_count() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gc.get_freeze_count() == 0  # thawed on its own
+    gc.collect()
+    assert garbage() is None
+
+
+def test_a_second_freeze_takes_in_new_objects_and_keeps_the_first_thaw_time(thawed, collector_on):
+    import time
+
+    from ditto_core.gc_pauses import freeze_live_objects
+
+    started = time.monotonic()
+    assert freeze_live_objects(seconds=1.0)
+    time.sleep(0.5)
+    later = _frozen_garbage()
+    assert freeze_live_objects(seconds=1.0)
+    gc.collect()
+    assert later() is not None  # frozen by the second call
+    while gc.get_freeze_count() and time.monotonic() - started < 5:
+        time.sleep(0.01)
+    assert time.monotonic() - started < 1.4  # the thaw kept the first call's time (1.0 s), not 1.5 s
+    gc.collect()
+    assert later() is None
+
+
+def test_another_librarys_freeze_is_left_alone(thawed, collector_on):
+    from ditto_core.gc_pauses import freeze_live_objects, thaw_live_objects
+
+    gc.freeze()  # as a server freezing before it forks workers does
+    frozen = gc.get_freeze_count()
+    assert not freeze_live_objects(seconds=0.05)
+    thaw_live_objects()  # not ours to thaw
+    assert gc.get_freeze_count() == frozen

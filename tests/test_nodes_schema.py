@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import subprocess
 import sys
@@ -292,6 +293,25 @@ def test_timed_stage_reports_seconds_and_fps():
     assert ui["stage"] == "Stage" and ui["frames"] == 10 and ui["seconds"] > 0
     assert math.isclose(ui["fps"], 10 / timer.seconds, rel_tol=1e-2)
     assert "fps" not in timer.ui()["ditto_stats"][0]
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_nodes_end_freezes_the_live_objects_for_comfyuis_collection_after_the_prompt(fails):
+    import gc
+
+    from ditto_core.gc_pauses import thaw_live_objects
+
+    thaw_live_objects()
+    assert gc.get_freeze_count() == 0
+    try:
+        with pytest.raises(RuntimeError) if fails else contextlib.nullcontext():
+            with timed_stage("Stage"):
+                assert gc.get_freeze_count() == 0  # the node's own work runs as before
+                if fails:
+                    raise RuntimeError("a node that failed")
+        assert gc.get_freeze_count() > 0  # done or failed, the host collects after it
+    finally:
+        thaw_live_objects()
 
 
 def test_sample_inputs_are_copied_once_and_never_over_a_users_file(tmp_path, monkeypatch):
