@@ -14,16 +14,19 @@ prompt shows whether the collector was in it.
 full collection on its executor thread right after a prompt (when its last one is 10 s old or
 more), before its server thread, which needs the GIL, has sent the prompt's last messages: the
 client learns that the video is done only after the collection. Frozen objects are skipped by
-every collection, so the nodes freeze what is alive as they finish and thaw it a few seconds
-later; nothing stays out of the collector for longer than that, and garbage frozen meanwhile
-is freed by the first collection after the thaw.
+every collection, so a node that finished its work freezes what is alive and thaws it a few
+seconds later: nothing stays out of the collector longer than that. If a full collection ran
+meanwhile, the thaw runs it again over everything, unless a node is at work or a video is being
+made then (it would stall them; the next collection frees that garbage).
 """
 from __future__ import annotations
 
 import gc
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
+
+from .host_memory import video_in_making
 
 __all__ = ["CollectorPauses", "FROZEN_SECONDS", "freeze_live_objects", "thaw_live_objects"]
 
@@ -37,8 +40,16 @@ class CollectorPauses:
 
     ``seconds``: their total time; ``full``: how many were full collections (generation 2);
     ``longest``: the longest one, in seconds. Collections never overlap (each holds the GIL),
-    so one start time at a time is enough.
+    so one start time at a time is enough. :meth:`any_open`: whether some block is being timed
+    (a node at work).
     """
+
+    _open = 0
+    _open_lock = threading.Lock()
+
+    @classmethod
+    def any_open(cls) -> bool:
+        return cls._open > 0
 
     def __init__(self) -> None:
         self.seconds = 0.0
@@ -64,19 +75,33 @@ class CollectorPauses:
         return {"python_gc": self.seconds, "python_gc_full": float(self.full), "python_gc_longest": self.longest}
 
     def __enter__(self) -> "CollectorPauses":
+        with CollectorPauses._open_lock:
+            CollectorPauses._open += 1
         gc.callbacks.append(self._callback)
         return self
 
     def __exit__(self, *exc: object) -> None:
         gc.callbacks.remove(self._callback)
+        with CollectorPauses._open_lock:
+            CollectorPauses._open -= 1
 
 
 class _Freeze:
-    """Our freeze of the collector's objects, if one is on, and the timer that ends it."""
+    """Our freeze of the collector's objects, if one is on, and the timer that ends it.
 
-    def __init__(self) -> None:
+    ``busy``: whether a collection at the thaw would stall work under way (a node at work, a
+    video being made).
+    """
+
+    def __init__(self, busy: Callable[[], bool]) -> None:
+        self._busy = busy
         self._lock = threading.Lock()
         self._timer: Optional[threading.Timer] = None
+        self._skipped = False  # a full collection ran while frozen: its frozen garbage waits
+
+    def _note(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "stop" and info["generation"] == 2:
+            self._skipped = True
 
     def freeze(self, seconds: float) -> bool:
         with self._lock:
@@ -86,6 +111,8 @@ class _Freeze:
             if gc.get_freeze_count():  # another library's freeze: left as it is
                 return False
             gc.freeze()
+            self._skipped = False
+            gc.callbacks.append(self._note)
             self._timer = threading.Timer(seconds, self.thaw)
             self._timer.daemon = True
             self._timer.name = "ditto-gc-thaw"
@@ -99,9 +126,15 @@ class _Freeze:
             self._timer.cancel()
             self._timer = None
             gc.unfreeze()
+            gc.callbacks.remove(self._note)
+            skipped = self._skipped
+        # The host's collection skipped what was frozen, cyclic garbage (and the VRAM it may hold)
+        # included: collected now, where that stalls nothing; otherwise by the next collection.
+        if skipped and not self._busy():
+            gc.collect()
 
 
-_FREEZE = _Freeze()
+_FREEZE = _Freeze(busy=lambda: CollectorPauses.any_open() or video_in_making())
 
 
 def freeze_live_objects(seconds: float = FROZEN_SECONDS) -> bool:
@@ -112,5 +145,6 @@ def freeze_live_objects(seconds: float = FROZEN_SECONDS) -> bool:
 
 
 def thaw_live_objects() -> None:
-    """End our freeze now, if one is on."""
+    """End our freeze now, if one is on (and collect, if a full collection ran meanwhile and no
+    node is at work nor a video being made)."""
     _FREEZE.thaw()

@@ -23,7 +23,7 @@ import time
 from functools import lru_cache
 from typing import Callable, Optional
 
-__all__ = ["IDLE_SECONDS", "VideoSpan", "trim_host_heap", "video_started"]
+__all__ = ["IDLE_SECONDS", "VideoSpan", "trim_host_heap", "video_in_making", "video_started"]
 
 IDLE_SECONDS = 2.0
 """How long no video may have been in the making before the heap is trimmed."""
@@ -66,6 +66,10 @@ class _IdleTrim:
     def started(self) -> None:
         with self._changed:
             self._making += 1
+
+    def making(self) -> bool:
+        with self._changed:
+            return self._making > 0
 
     def ended(self) -> None:
         with self._changed:
@@ -112,3 +116,8 @@ def video_started() -> VideoSpan:
     """Mark a video in the making until the returned span's :meth:`~VideoSpan.end`: no trim runs
     meanwhile, and one runs :data:`IDLE_SECONDS` after the last span ends unless another begins."""
     return VideoSpan()
+
+
+def video_in_making() -> bool:
+    """Whether a video is being made now (a :func:`video_started` span not yet ended)."""
+    return _IDLE_TRIM.making()

@@ -98,17 +98,17 @@ class StageTime:
 @contextmanager
 def timed_stage(stage: str, device: Optional[torch.device] = None) -> Iterator[StageTime]:
     """Time a node's work. On CUDA the device is synchronised once at the end, so the time
-    covers the kernels the node queued rather than just their launch. As the block ends (done
-    or failed) the live objects are frozen for a while (:func:`~ditto_core.gc_pauses.freeze_live_objects`)."""
+    covers the kernels the node queued rather than just their launch. A block that ends without
+    an error freezes the live objects for a while (:func:`~ditto_core.gc_pauses.freeze_live_objects`)."""
     timer = StageTime(stage, started_at=time.time())
     if device is not None and device.type == "cuda":
         timer.reserved_gib = torch.cuda.memory_reserved(device) / 2**30
-    try:
-        with timer.collector:
-            start = time.perf_counter()
-            yield timer
-            if device is not None and device.type == "cuda":
-                torch.cuda.synchronize(device)
-            timer.seconds = time.perf_counter() - start
-    finally:  # ComfyUI's full collection after the prompt then skips what is alive now
-        freeze_live_objects()
+    with timer.collector:
+        start = time.perf_counter()
+        yield timer
+        if device is not None and device.type == "cuda":
+            torch.cuda.synchronize(device)
+        timer.seconds = time.perf_counter() - start
+    # ComfyUI's full collection after the prompt then skips what is alive now. Not after a
+    # failure: the collection frees what the error's traceback held (a failed batch's VRAM).
+    freeze_live_objects()

@@ -112,3 +112,41 @@ def test_another_librarys_freeze_is_left_alone(thawed, collector_on):
     assert not freeze_live_objects(seconds=0.05)
     thaw_live_objects()  # not ours to thaw
     assert gc.get_freeze_count() == frozen
+
+
+@pytest.mark.parametrize("busy", [None, "video", "node"])
+def test_the_thaw_collects_what_a_full_collection_skipped_unless_work_is_under_way(thawed, collector_on, busy):
+    from ditto_core.gc_pauses import freeze_live_objects, thaw_live_objects
+    from ditto_core.host_memory import video_started
+
+    garbage = _frozen_garbage()
+    assert freeze_live_objects(seconds=60)
+    gc.collect()  # the host's collection after a prompt: the frozen cycle is skipped
+    assert garbage() is not None
+    span = video_started() if busy == "video" else None
+    node = CollectorPauses() if busy == "node" else None  # as a node's timer holds one
+    if node is not None:
+        node.__enter__()
+    try:
+        thaw_live_objects()
+        assert (garbage() is not None) == (busy is not None)  # a render, a node's work: never stalled for it
+    finally:
+        if span is not None:
+            span.end()
+        if node is not None:
+            node.__exit__(None, None, None)
+    assert not CollectorPauses.any_open()
+    gc.collect()
+    assert garbage() is None
+
+
+def test_the_thaw_collects_nothing_when_no_full_collection_ran(thawed, collector_on):
+    from ditto_core.gc_pauses import freeze_live_objects, thaw_live_objects
+
+    garbage = _frozen_garbage()
+    assert freeze_live_objects(seconds=60)
+    gc.collect(0)  # a young-generation collection skips nothing that was old
+    thaw_live_objects()
+    assert garbage() is not None  # left to the collector's own schedule, as without the freeze
+    gc.collect()
+    assert garbage() is None
