@@ -17,7 +17,8 @@ client learns that the video is done only after the collection. Frozen objects a
 every collection, so a node that finished its work freezes what is alive and thaws it a few
 seconds later: nothing stays out of the collector longer than that. If a full collection ran
 meanwhile, the thaw runs it again over everything, unless a node is at work or a video is being
-made then (it would stall them; the next collection frees that garbage).
+made then (it would stall them); after :data:`MAX_SKIPPED` such skipped collections in a row no
+freeze is made until a full collection (the host's next) has seen everything.
 """
 from __future__ import annotations
 
@@ -28,11 +29,16 @@ from typing import Any, Callable, Optional
 
 from .host_memory import video_in_making
 
-__all__ = ["CollectorPauses", "FROZEN_SECONDS", "freeze_live_objects", "thaw_live_objects"]
+__all__ = ["CollectorPauses", "FROZEN_SECONDS", "MAX_SKIPPED", "freeze_live_objects", "thaw_live_objects"]
 
 FROZEN_SECONDS = 5.0
 """How long :func:`freeze_live_objects` keeps the objects out of collections (a prompt's end
 and the host's collection after it lie well within)."""
+
+MAX_SKIPPED = 5
+"""Full collections that may skip frozen objects in a row without one that saw them; then no
+freeze is made until one has. A process rendering back to back, whose thaws always find a node
+at work, thus keeps garbage no longer than that many of ComfyUI's collections (one per 10 s at most)."""
 
 
 class CollectorPauses:
@@ -97,11 +103,14 @@ class _Freeze:
         self._busy = busy
         self._lock = threading.Lock()
         self._timer: Optional[threading.Timer] = None
-        self._skipped = False  # a full collection ran while frozen: its frozen garbage waits
+        self._skipped = 0  # full collections that ran while we had objects frozen, since one that saw all
+        self._noting = False
 
     def _note(self, phase: str, info: dict[str, Any]) -> None:
+        # Runs inside collections, which any allocation may start, our own under the lock
+        # included: it reads the timer without the lock (the GIL orders it) and never takes it.
         if phase == "stop" and info["generation"] == 2:
-            self._skipped = True
+            self._skipped = self._skipped + 1 if self._timer is not None else 0
 
     def freeze(self, seconds: float) -> bool:
         with self._lock:
@@ -110,9 +119,12 @@ class _Freeze:
                 return True
             if gc.get_freeze_count():  # another library's freeze: left as it is
                 return False
+            if self._skipped >= MAX_SKIPPED:  # until a full collection has seen everything
+                return False
+            if not self._noting:
+                gc.callbacks.append(self._note)
+                self._noting = True
             gc.freeze()
-            self._skipped = False
-            gc.callbacks.append(self._note)
             self._timer = threading.Timer(seconds, self.thaw)
             self._timer.daemon = True
             self._timer.name = "ditto-gc-thaw"
@@ -126,11 +138,10 @@ class _Freeze:
             self._timer.cancel()
             self._timer = None
             gc.unfreeze()
-            gc.callbacks.remove(self._note)
-            skipped = self._skipped
+            collect = self._skipped > 0 and not self._busy()
         # The host's collection skipped what was frozen, cyclic garbage (and the VRAM it may hold)
-        # included: collected now, where that stalls nothing; otherwise by the next collection.
-        if skipped and not self._busy():
+        # included: collected now, where that stalls nothing; otherwise by a later collection.
+        if collect:
             gc.collect()
 
 
@@ -140,7 +151,8 @@ _FREEZE = _Freeze(busy=lambda: CollectorPauses.any_open() or video_in_making())
 def freeze_live_objects(seconds: float = FROZEN_SECONDS) -> bool:
     """Move every object the collector tracks out of its reach for ``seconds`` (see the module
     docstring). Called again before the thaw, it freezes the objects made since and leaves the
-    thaw when it was; returns False (and freezes nothing) where another library has frozen objects."""
+    thaw when it was; returns False (and freezes nothing) where another library has frozen objects
+    or after :data:`MAX_SKIPPED` skipped collections in a row."""
     return _FREEZE.freeze(seconds)
 
 

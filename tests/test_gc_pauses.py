@@ -111,7 +111,8 @@ def test_another_librarys_freeze_is_left_alone(thawed, collector_on):
     frozen = gc.get_freeze_count()
     assert not freeze_live_objects(seconds=0.05)
     thaw_live_objects()  # not ours to thaw
-    assert gc.get_freeze_count() == frozen
+    # Still frozen (a frozen object that is freed leaves the count, so it may have shrunk a little).
+    assert frozen / 2 < gc.get_freeze_count() <= frozen
 
 
 @pytest.mark.parametrize("busy", [None, "video", "node"])
@@ -150,3 +151,24 @@ def test_the_thaw_collects_nothing_when_no_full_collection_ran(thawed, collector
     assert garbage() is not None  # left to the collector's own schedule, as without the freeze
     gc.collect()
     assert garbage() is None
+
+
+def test_after_enough_skipped_collections_in_a_row_one_sees_everything(thawed, collector_on):
+    from ditto_core.gc_pauses import MAX_SKIPPED, freeze_live_objects, thaw_live_objects
+    from ditto_core.host_memory import video_started
+
+    span = video_started()  # back to back: every thaw finds a video being made
+    try:
+        for _ in range(MAX_SKIPPED):
+            assert freeze_live_objects(seconds=60)
+            gc.collect()  # the host's, skipping the frozen objects
+            thaw_live_objects()  # no collection: a render is under way
+        garbage = _frozen_garbage()
+        for _ in range(2):  # left out until a collection has seen everything
+            assert not freeze_live_objects(seconds=60)
+            assert gc.get_freeze_count() == 0
+        gc.collect()  # the host's next: sees everything
+        assert garbage() is None
+        assert freeze_live_objects(seconds=60)  # and freezing resumes
+    finally:
+        span.end()
