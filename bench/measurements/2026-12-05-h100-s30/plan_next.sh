@@ -1,7 +1,7 @@
 #!/bin/bash
 # Prepared in session 30 for the next device session (asked for as call 6, refused: no device time
 # left). Run from main, carry [".whl", ".carry"]. .carry/freeze.patch is the freeze's change:
-#   git diff e632d2c d1c29ad -- ditto_core/gc_pauses.py ditto_core/host_memory.py nodes/runtime.py > .carry/freeze.patch
+#   git diff e632d2c 9f12d04 -- ditto_core/gc_pauses.py ditto_core/host_memory.py nodes/runtime.py > .carry/freeze.patch
 # ComfyUI with the stall tracer, "before" (main with that patch reversed: the nodes do not freeze
 # the collector's objects) beside "freeze" (main: each Ditto node that finished freezes the live
 # objects for 5 s, so ComfyUI's full collection after the prompt skips them). Calls 2, 3 and 5:
