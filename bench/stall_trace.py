@@ -2,9 +2,10 @@
 server's ``custom_nodes`` (a package of its own, with no nodes), and it starts a thread that
 sleeps in short ticks and, whenever it wakes late, writes what every thread was running.
 
-A thread wakes late when another one holds the GIL through a long C call (a fork, a module's
-compile, a big unpickle) or when the process gets no CPU: the executor thread that sends a
-prompt's last messages waits alike, and the stacks say who held the interpreter. One JSON line
+A thread wakes late when another one holds the GIL through a long C call (a full garbage
+collection, a fork, a module's compile, a big unpickle) or when the process gets no CPU: the
+server thread that sends a prompt's messages waits alike, and the stacks say who held the
+interpreter. One JSON line
 per stall in ``$DITTO_STALL_TRACE``: ``at`` (epoch seconds, when it woke), ``late_s``, and each
 thread's innermost frames. Nothing runs unless that variable is set.
 """
