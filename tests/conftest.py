@@ -82,6 +82,16 @@ def _no_warm_worker(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def _no_freeze_between_tests():
+    """A node's freeze of the live objects (gc_pauses.freeze_live_objects) ends with the test
+    that made it: a later test that drops an older object and collects finds it collectable."""
+    yield
+    from ditto_core.gc_pauses import thaw_live_objects
+
+    thaw_live_objects()
+
+
+@pytest.fixture(autouse=True)
 def _exact_float32():
     """Parity is defined in strict fp32: no TF32 anywhere, whatever a test did before."""
     torch.backends.cuda.matmul.allow_tf32 = False
