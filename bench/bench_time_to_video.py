@@ -64,6 +64,7 @@ def _child(args: argparse.Namespace) -> None:
 
     times["import_torch_s"] = time.time() - start
     start = time.time()
+    from ditto_core.gc_pauses import CollectorPauses
     from ditto_core.motion.motion_options import MotionOptions
     from ditto_core.pipeline import ONE_CLIP_COMPILE_MIN_FRAMES, DittoPipeline
     from ditto_core.registration.options import RegistrationOptions
@@ -91,13 +92,12 @@ def _child(args: argparse.Namespace) -> None:
     times["load_models_breakdown_s"] = dict(pipeline.load_times.seconds)
     times["hubert_backend"] = getattr(pipeline.hubert, "backend", "onnxruntime")
     jobs = []
-    pauses = _GcPauses()  # Python's collections inside each job: after a compile they scan its many objects
     for index, audio in enumerate(args.job):
         out = Path(args.out_dir) / f"job{index}.mp4"
-        pauses.clear()
         start = time.time()
-        pipeline.run(args.image, audio, out, RegistrationOptions(detect_face=False), motion_options,
-                     crf=args.crf, preset=args.preset)
+        with CollectorPauses() as pauses:  # Python's collections inside the job: after a compile they scan its many objects
+            pipeline.run(args.image, audio, out, RegistrationOptions(detect_face=False), motion_options,
+                         crf=args.crf, preset=args.preset)
         finished = time.time()
         engine = next(iter(pipeline._engines.values()), None)
         jobs.append({
@@ -105,7 +105,8 @@ def _child(args: argparse.Namespace) -> None:
             "mp4_done_since_spawn_s": finished - args.spawned_at, "stages_s": dict(pipeline.times.seconds),
             "engine": None if engine is None else vars(engine.stats).copy(),
             "cuda_peak_mib": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
-            "gc_pauses": pauses.summary(),
+            "gc_pauses": {"passes": pauses.passes, "total_s": round(pauses.seconds, 4), "full": pauses.full,
+                          "full_s": round(pauses.full_seconds, 4)},
         })
     times["dynamo_imported"] = "torch._dynamo" in sys.modules  # by the jobs: only a trace needs it
     if engine_warmup == "aot":  # as the CLI does after its MP4; waited for, so the next child finds the package
@@ -119,31 +120,6 @@ def _child(args: argparse.Namespace) -> None:
     times["child_started_since_spawn_s"] = _CHILD_START - args.spawned_at
     times["compile_breakdown"] = compile_breakdown() if not args.no_compile else None
     print("RESULT " + json.dumps({"process": times, "jobs": jobs}, default=str), flush=True)
-
-
-class _GcPauses:
-    """Durations of the garbage collector's passes (gc.callbacks), per generation."""
-
-    def __init__(self) -> None:
-        import gc
-
-        self._passes: list[tuple[int, float]] = []
-        self._began = 0.0
-        gc.callbacks.append(self._heard)
-
-    def _heard(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self._began = time.perf_counter()
-        else:
-            self._passes.append((info["generation"], time.perf_counter() - self._began))
-
-    def clear(self) -> None:
-        self._passes.clear()
-
-    def summary(self) -> dict[str, Any]:
-        full = [seconds for generation, seconds in self._passes if generation == 2]
-        return {"passes": len(self._passes), "total_s": round(sum(s for _, s in self._passes), 4),
-                "full": len(full), "full_s": round(sum(full), 4)}
 
 
 WARMUPS = ("cli", "foreground", "background", "aot")

@@ -44,8 +44,8 @@ at work, thus keeps garbage no longer than that many of ComfyUI's collections (o
 class CollectorPauses:
     """Context manager: the collections of any thread while it is open.
 
-    ``seconds``: their total time; ``full``: how many were full collections (generation 2);
-    ``longest``: the longest one, in seconds. Collections never overlap (each holds the GIL),
+    ``seconds``: their total time; ``passes``: how many; ``full``: how many were full
+    collections (generation 2), ``full_seconds`` their time; ``longest``: the longest one, in seconds. Collections never overlap (each holds the GIL),
     so one start time at a time is enough. :meth:`any_open`: whether some block is being timed
     (a node at work).
     """
@@ -59,7 +59,9 @@ class CollectorPauses:
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.passes = 0
         self.full = 0
+        self.full_seconds = 0.0
         self.longest = 0.0
         self._started: Optional[float] = None
 
@@ -72,8 +74,11 @@ class CollectorPauses:
         pause = time.perf_counter() - self._started
         self._started = None
         self.seconds += pause
+        self.passes += 1
         self.longest = max(self.longest, pause)
-        self.full += info["generation"] == 2
+        if info["generation"] == 2:
+            self.full += 1
+            self.full_seconds += pause
 
     def stages(self) -> dict[str, float]:
         """For a node's stage record: ``python_gc`` (seconds), ``python_gc_full`` (count),

@@ -30,6 +30,7 @@ def test_pauses_count_every_collection_while_open_and_none_after(collector_on):
         gc.collect()
         gc.collect(0)
     assert pauses.full == 1 and pauses.seconds > 0 and 0 < pauses.longest <= pauses.seconds
+    assert pauses.passes == 2 and 0 < pauses.full_seconds <= pauses.seconds
     seen = pauses.seconds
     gc.collect()
     assert pauses.seconds == seen and pauses.full == 1
