@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from ditto_core.gc_pauses import CollectorPauses
+from tests.waiting import wait_until
 
 
 def _cycles(count: int) -> None:
@@ -69,8 +70,6 @@ def _frozen_garbage():
 
 
 def test_frozen_objects_are_skipped_by_full_collections_until_the_thaw(thawed, collector_on):
-    import time
-
     from ditto_core.gc_pauses import freeze_live_objects
 
     garbage = _frozen_garbage()
@@ -78,9 +77,7 @@ def test_frozen_objects_are_skipped_by_full_collections_until_the_thaw(thawed, c
     assert gc.get_freeze_count() > 0
     gc.collect()
     assert garbage() is not None  # frozen: not even looked at
-    deadline = time.monotonic() + 10
-    while gc.get_freeze_count() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: gc.get_freeze_count() == 0, 10)
     assert gc.get_freeze_count() == 0  # thawed on its own
     gc.collect()
     assert garbage() is None
@@ -104,9 +101,7 @@ def test_a_second_freeze_takes_in_new_objects_and_keeps_the_first_thaw_time(thaw
 
     assert freeze_live_objects(seconds=0.2)
     assert freeze_live_objects(seconds=60)  # nor a thaw put off to 60 s from now
-    deadline = time.monotonic() + 10
-    while gc.get_freeze_count() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: gc.get_freeze_count() == 0, 10)
     assert gc.get_freeze_count() == 0
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import itertools
 import os
-import time
 import stat
 
 import numpy as np
@@ -20,6 +19,7 @@ from ditto_core.video.joiner import Mp4Joiner
 from ditto_core.video.writer import VideoWriter
 from tests.test_atomic_files import small_filesystem, umask
 from tests.video_support import decoded_indices, tone, watermarked
+from tests.waiting import wait_until
 
 FIXTURES = (small_filesystem, umask)  # shared with the atomic-files tests; used as parameters below
 
@@ -82,7 +82,7 @@ def test_interrupt_while_encoding_leaves_nothing(tmp_path, monkeypatch, encoders
                 for start in range(0, 40, 4):
                     writer.write(clip[start : start + 4])
                     if start == 24:
-                        wait_until(lambda: writer._joined > 0 or (encoders == 1 and writer._frames_encoded >= 16))
+                        wait_for_encoders(lambda: writer._joined > 0 or (encoders == 1 and writer._frames_encoded >= 16))
                         assert any(tmp_path.iterdir()), "partial files exist while encoding"
                         raise KeyboardInterrupt
     assert_clean_then_rerun(tmp_path, target, encoders)
@@ -99,11 +99,8 @@ def inject(monkeypatch, owner, name: str, error: BaseException, fails) -> None:
     monkeypatch.setattr(owner, name, patched)
 
 
-def wait_until(condition, seconds: float = 20.0) -> None:
-    end = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < end, "the encoder threads made no progress"
-        time.sleep(0.01)
+def wait_for_encoders(condition, seconds: float = 20.0) -> None:
+    assert wait_until(condition, seconds), "the encoder threads made no progress"
 
 
 @pytest.mark.reliability(area=FAULTS, case="libx264 or the join fails in the middle of a clip (a middle segment; "

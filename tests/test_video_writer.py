@@ -19,6 +19,7 @@ from ditto_core.video import writer as writer_module
 from ditto_core.video.encoder import SegmentEncoder
 from ditto_core.video.encoder_settings import EncoderSettings
 from ditto_core.video.writer import VideoWriter
+from tests.waiting import wait_until
 
 
 def gradient_frames(count: int, height: int, width: int) -> torch.Tensor:
@@ -214,12 +215,6 @@ def idle_trims(monkeypatch):
     return trims
 
 
-def _wait_for(condition, seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
 @pytest.mark.skipif(not trim_host_heap(), reason="glibc's malloc_trim only")
 def test_the_heap_is_trimmed_once_no_video_has_been_made_for_a_while(idle_trims):
     from ditto_core.host_memory import video_started
@@ -228,7 +223,7 @@ def test_the_heap_is_trimmed_once_no_video_has_been_made_for_a_while(idle_trims)
     ended = time.monotonic()
     span.end()
     span.end()  # a second end is nothing
-    _wait_for(lambda: idle_trims)
+    wait_until(lambda: idle_trims, 5.0)
     assert len(idle_trims) == 1 and idle_trims[0][0] == "ditto-heap-trim"
     assert idle_trims[0][1] - ended >= 0.3
     time.sleep(0.5)
@@ -249,7 +244,7 @@ def test_no_trim_runs_while_a_video_is_made_nor_before_the_last_has_ended_for_a_
     assert idle_trims == []
     ended = time.monotonic()
     third.end()
-    _wait_for(lambda: idle_trims)
+    wait_until(lambda: idle_trims, 5.0)
     assert len(idle_trims) == 1 and idle_trims[0][1] - ended >= 0.3
 
 
@@ -267,7 +262,7 @@ def test_leaving_a_writer_leaves_the_trim_to_the_idle_thread(tmp_path, idle_trim
             raise RuntimeError("render failed")
     left = time.monotonic()
     assert host_memory._IDLE_TRIM._making == 0 and idle_trims == []  # not on the caller's way out
-    _wait_for(lambda: idle_trims)
+    wait_until(lambda: idle_trims, 5.0)
     assert len(idle_trims) == 1 and idle_trims[0][0] == "ditto-heap-trim" and idle_trims[0][1] - left >= 0.25
     assert (tmp_path / "ok.mp4").exists() and not (tmp_path / "failed.mp4").exists()
 
@@ -319,9 +314,7 @@ def test_x264_threads_run_below_the_thread_that_opens_them(tmp_path):
         assert probe(tmp_path / f"n{nice}.mp4")["frames"].shape[0] == 4
     before = _tasks()
     with VideoWriter(tmp_path / "w.mp4", width=64, height=64, preset="ultrafast", threads=3) as writer:
-        deadline = time.monotonic() + 10
-        while len(_x264_levels(before)) < 3 and time.monotonic() < deadline:  # opened by the writer's thread
-            time.sleep(0.01)
+        wait_until(lambda: len(_x264_levels(before)) >= 3, 10)  # opened by the writer's thread
         assert set(_x264_levels(before)) == {level}, "by default x264 runs level with the caller"
         writer.write(frames)
     for bad, encoders in ((-1, 1), (20, 1), (1.5, 1), (-1, 2), (True, 2)):
