@@ -1,0 +1,39 @@
+#!/bin/bash
+# Prepared in session 31 for the next device session (refused twelve times as call 2). Run from
+# main, carry [".whl", ".carry"]; before the call, here:
+#   git diff main s31-saved-step > .carry/saved_steps.patch
+# A real ComfyUI (headless, 127.0.0.1, its cudaMallocAsync), the all-in-one example, two packs with
+# the stall tracer: "main", and "saved" (main + the patch: the deferred compile after the first
+# prompt ever is saved as torch.compile's own compiled function in the user cache, and each later
+# launch loads it as Load Ditto Models runs, so its first prompt switches from eager batches to
+# compiled ones). Session 31's call 3 ran the branch as it was then on an H100: torch 2.11 had no
+# aot_compile without Dynamo's enable_aot_compile, so it fell back to main's compile (announced);
+# fixed since and checked on torch 2.11 on the CPU. Expect in "saved": new_process records
+# aot_seconds (the load) and graph batches, its wall against main's 4.35-4.70 s; first_ever and
+# the warm prompts as main. Two relaunches each.
+set -u
+START=$(date +%s); T0=$SECONDS
+NEED_HUBERT=1 . bench/measurements/2026-12-05-h100-s28/comfyui_preamble.sh
+s=/tmp/saved; rm -rf $s && mkdir $s && tar --exclude=./.whl --exclude=./.carry -cf - . | tar -xf - -C $s
+patch -s -p1 -d $s < .carry/saved_steps.patch || exit 1
+echo "preamble s $((SECONDS-T0))"; SECONDS=0
+timeout $((585 - $(date +%s) + START)) python3 -m bench.bench_comfyui --comfyui /tmp/comfyui --comfyui-python python3 \
+  --models /tmp/models --hubert $H --pack main=. --pack saved=$s --trace-stalls \
+  --image $E/portrait.jpg --audio $E/speech_24k_mono.wav --repeats 2 --warm-rounds 1 --idle-before-warm 10 \
+  --linger-after-first 60 --out $OUT/comfyui.json > $OUT/comfyui.log 2>&1
+echo "bench rc $? s $SECONDS"
+grep -E "^(main|saved|log|goal)" $OUT/comfyui.log | cut -c1-1200
+python3 - <<'PY'
+import json, os
+d = json.load(open(os.environ["OUT"] + "/comfyui.json"))
+for pack, launches in d.get("launches", {}).items():
+    for i, launch in enumerate(launches):
+        for p in launch.get("prompts", launch if isinstance(launch, list) else []):
+            r = (p.get("node_records") or {}).get("4:DittoTalkingHead", {})
+            e = r.get("engine", {})
+            print(pack, i, round(p.get("wall_s", -1), 2), {k: e.get(k) for k in ("eager_batches", "graph_batches", "aot_seconds", "aot_built", "compile_seconds")})
+for pack, text in d.get("log_tails", {}).items():
+    for line in text.splitlines():
+        if "warp+decode" in line or "AOT package" in line:
+            print("log", pack, line[:300])
+PY
