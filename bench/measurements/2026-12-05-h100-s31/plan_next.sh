@@ -29,17 +29,4 @@ timeout $((585 - $(date +%s) + START)) python3 -m bench.bench_comfyui --comfyui 
   --linger-after-first 60 --out $OUT/comfyui.json > $OUT/comfyui.log 2>&1
 echo "bench rc $? s $SECONDS"
 grep -E "^(main|saved|handback|log|goal)" $OUT/comfyui.log | cut -c1-1200
-python3 - <<'PY'
-import json, os
-d = json.load(open(os.environ["OUT"] + "/comfyui.json"))
-for pack, launches in d.get("launches", {}).items():
-    for i, launch in enumerate(launches):
-        for p in launch.get("prompts", launch if isinstance(launch, list) else []):
-            r = (p.get("node_records") or {}).get("4:DittoTalkingHead", {})
-            e = r.get("engine", {})
-            print(pack, i, round(p.get("wall_s", -1), 2), {k: e.get(k) for k in ("eager_batches", "graph_batches", "aot_seconds", "aot_built", "compile_seconds")})
-for pack, text in d.get("log_tails", {}).items():
-    for line in text.splitlines():
-        if "warp+decode" in line or "AOT package" in line:
-            print("log", pack, line[:300])
-PY
+grep -o '"aot_[a-z]*": [^,]*' $OUT/comfyui.json | sort | uniq -c  # the saved step's load (or build) per prompt
