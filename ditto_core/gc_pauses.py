@@ -18,9 +18,9 @@ every collection, so a node that finished its work freezes what is alive and tha
 seconds later: nothing stays out of the collector longer than that. If a full collection ran
 meanwhile, the thaw runs it again over everything, unless a node is at work or a video is being
 made then (it would stall them); after :data:`MAX_SKIPPED` such skipped collections in a row no
-freeze is made until a full collection (the host's next) has seen everything. On CUDA the cache
-trim ComfyUI runs right after that collection holds the GIL as well, and can outlast it
-(docs/PERFORMANCE.md); the freeze does nothing for that.
+freeze is made until a full collection (the host's next) has seen everything. On CUDA a prompt's
+end still stalls at times with the freeze (docs/PERFORMANCE.md): ComfyUI's cache trim right after
+the collection also holds the GIL, which the freeze does nothing for.
 """
 from __future__ import annotations
 
