@@ -47,9 +47,9 @@ class CollectorPauses:
     """Context manager: the collections of any thread while it is open.
 
     ``seconds``: their total time; ``passes``: how many; ``full``: how many were full
-    collections (generation 2), ``full_seconds`` their time; ``longest``: the longest one, in seconds. Collections never overlap (each holds the GIL),
-    so one start time at a time is enough. :meth:`any_open`: whether some block is being timed
-    (a node at work).
+    collections (generation 2), ``full_seconds`` their time; ``longest``: the longest one, in
+    seconds. Collections never overlap (each holds the GIL), so one start time at a time is
+    enough. :meth:`any_open`: whether some block is being timed (a node at work).
     """
 
     _open = 0
