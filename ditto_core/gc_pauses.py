@@ -19,8 +19,8 @@ seconds later: nothing stays out of the collector longer than that. If a full co
 meanwhile, the thaw runs it again over everything, unless a node is at work or a video is being
 made then (it would stall them); after :data:`MAX_SKIPPED` such skipped collections in a row no
 freeze is made until a full collection (the host's next) has seen everything. On CUDA a prompt's
-end still stalls at times with the freeze (docs/PERFORMANCE.md): ComfyUI's cache trim right after
-the collection also holds the GIL, which the freeze does nothing for.
+end still stalls at times with the freeze, for a reason not yet settled (docs/PERFORMANCE.md; not
+ComfyUI's cache trim after the collection, which releases the GIL).
 """
 from __future__ import annotations
 
