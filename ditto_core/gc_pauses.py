@@ -18,18 +18,24 @@ every collection, so a node that finished its work freezes what is alive and tha
 seconds later: nothing stays out of the collector longer than that. If a full collection ran
 meanwhile, the thaw runs it again over everything, unless a node is at work or a video is being
 made then (it would stall them); after :data:`MAX_SKIPPED` such skipped collections in a row no
-freeze is made until a full collection (the host's next) has seen everything. On CUDA a prompt's
-end still stalls at times with the freeze, for a reason not yet settled (docs/PERFORMANCE.md; not
-ComfyUI's cache trim after the collection, which releases the GIL).
+freeze is made until a full collection (the host's next) has seen everything.
+
+An earlier ``gc.freeze()`` of someone else's does not stop ours: its objects are thawed with ours,
+announced once (only a process that forks after freezing would care; ComfyUI does not). On the GPU
+machine the interpreter held 375 frozen objects before any node ran, and while such a freeze made
+ours step aside, ComfyUI's collection there still took 0.2-0.5 s after a prompt (docs/PERFORMANCE.md).
 """
 from __future__ import annotations
 
 import gc
+import logging
 import threading
 import time
 from typing import Any, Callable, Optional
 
 from .host_memory import video_in_making
+
+log = logging.getLogger(__name__)
 
 __all__ = ["CollectorPauses", "FROZEN_SECONDS", "MAX_SKIPPED", "freeze_live_objects", "thaw_live_objects"]
 
@@ -112,6 +118,7 @@ class _Freeze:
         self._timer: Optional[threading.Timer] = None
         self._skipped = 0  # full collections that ran while we had objects frozen, since one that saw all
         self._noting = False
+        self._adopted = False  # an earlier freeze of someone else's was found (and announced)
 
     def _note(self, phase: str, info: dict[str, Any]) -> None:
         # Runs inside collections, which any allocation may start, our own under the lock
@@ -124,10 +131,13 @@ class _Freeze:
             if self._timer is not None:  # ours: the objects made since join, the thaw keeps its time
                 gc.freeze()  # (so nothing stays frozen long however busy the process)
                 return True
-            if gc.get_freeze_count():  # another library's freeze: left as it is
-                return False
             if self._skipped >= MAX_SKIPPED:  # until a full collection has seen everything
                 return False
+            earlier = gc.get_freeze_count()
+            if earlier and not self._adopted:  # someone else's: thawed with ours (module docstring)
+                self._adopted = True
+                log.info("Ditto: %d objects were frozen (gc.freeze) before Ditto froze the live objects "
+                         "after its node; they are thawed with them", earlier)
             if not self._noting:
                 gc.callbacks.append(self._note)
                 self._noting = True
@@ -158,8 +168,8 @@ _FREEZE = _Freeze(busy=lambda: CollectorPauses.any_open() or video_in_making())
 def freeze_live_objects(seconds: float = FROZEN_SECONDS) -> bool:
     """Move every object the collector tracks out of its reach for ``seconds`` (see the module
     docstring). Called again before the thaw, it freezes the objects made since and leaves the
-    thaw when it was; returns False (and freezes nothing) where another library has frozen objects
-    or after :data:`MAX_SKIPPED` skipped collections in a row."""
+    thaw when it was; returns False (and freezes nothing) after :data:`MAX_SKIPPED` skipped
+    collections in a row."""
     return _FREEZE.freeze(seconds)
 
 
