@@ -21,9 +21,9 @@ made then (it would stall them); after :data:`MAX_SKIPPED` such skipped collecti
 freeze is made until a full collection (the host's next) has seen everything.
 
 An earlier ``gc.freeze()`` of someone else's does not stop ours: its objects are thawed with ours,
-announced once (only a process that forks after freezing would care; ComfyUI does not). On the GPU
-machine the interpreter held 375 objects frozen by someone else, and while such a freeze made
-ours step aside, ComfyUI's collection there still took 0.2-0.6 s after a prompt (docs/PERFORMANCE.md).
+announced once (only a process that forks after freezing would care; ComfyUI does not). The GPU
+machine's interpreter holds objects frozen by someone else, and while such a freeze made ours step
+aside, ComfyUI's collection after a prompt walked everything there (docs/PERFORMANCE.md).
 """
 from __future__ import annotations
 

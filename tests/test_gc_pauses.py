@@ -106,8 +106,8 @@ def test_a_second_freeze_takes_in_new_objects_and_keeps_the_first_thaw_time(thaw
 
 
 def test_an_earlier_freeze_of_someone_elses_does_not_stop_ours(thawed, collector_on, caplog, monkeypatch):
-    """The device's Python held 375 objects frozen by someone else, and refusing to freeze
-    beside them left ComfyUI's full collection after each prompt walking everything (0.2-0.6 s)."""
+    """The device's Python holds objects frozen by someone else, and refusing to freeze beside
+    them left ComfyUI's full collection after each prompt walking every object."""
     import logging
 
     from ditto_core import gc_pauses
