@@ -9,8 +9,10 @@ its ``custom_nodes`` and queues the all-in-one example workflow (``--workflow st
 with a node per stage) as a client would:
 
 * ``first_ever``: a new server with empty Inductor, Triton and pack caches, its first prompt
-  (the server then stays up ``--linger-after-first`` seconds, as a user's ComfyUI does: what it
-  compiles in the background after a prompt gets done and cached);
+  (the server then stays up as a user's ComfyUI does, until its log says the compile started
+  after the prompt is done, or ``--linger-after-first`` seconds at most: later launches find what
+  it compiled in the caches; a launch stopped before shows ``compile_logged: false`` and a warning,
+  and its relaunches compile again);
 * ``new_process``: a relaunched server with the caches the first one left, its first prompt
   (what a user waits for after each ComfyUI launch);
 * ``warm_process``: a second prompt in that server, with different speech and the same portrait
@@ -63,6 +65,8 @@ WORKFLOWS = {"all_in_one": REPO / "example_workflows" / "api" / "ditto_all_in_on
 """What ``--workflow`` queues: the all-in-one node, or the stage nodes (each stage's share then
 shows as its node's)."""
 PORTRAIT_NAME = "ditto_portrait.jpg"
+COMPILED_LINE = "Ditto warp+decode compiled in"  # logged by the engine when its compile is done
+
 LOG_PATTERNS = {"captured_allocation_freed": "uncaptured free of a captured allocation",
                 "prompt_failed": "!!! Exception during processing"}
 """Lines counted in each pack's server log (every launch's): PyTorch's warning when memory
@@ -95,6 +99,7 @@ class Server:
     process: Optional[subprocess.Popen] = None
     spawned: float = 0.0
     ready_s: Optional[float] = None
+    log_start: int = 0  # the log's size when this launch started (the file holds every launch's)
 
     @property
     def url(self) -> str:
@@ -111,6 +116,7 @@ class Server:
         if self.stall_log is not None:
             env["DITTO_STALL_TRACE"] = str(self.stall_log)
         self.spawned = time.time()
+        self.log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "a") as log:
             self.process = subprocess.Popen(command, cwd=self.comfyui, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = self.spawned + timeout
@@ -125,6 +131,12 @@ class Server:
                 return
             time.sleep(0.1)
         raise RuntimeError(f"ComfyUI did not answer within {timeout} s; see {self.log_path}")
+
+    def logged(self, text: str) -> bool:
+        """Whether this launch's part of the log holds ``text``."""
+        with open(self.log_path, "rb") as log:
+            log.seek(self.log_start)
+            return text.encode() in log.read()
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
@@ -380,7 +392,7 @@ def prepare_base(base: Path, pack: Path, models: Path, image: Path, speeches: tu
 def launch_and_queue(args: argparse.Namespace, base: Path, cache_root: Path, prompts: list[dict],
                      idle_before: list[float], linger: float = 0.0) -> dict[str, Any]:
     """Launch a server, queue ``prompts`` one after another (each after its idle wait), keep it
-    up ``linger`` seconds more, stop it."""
+    up until the pack logs its compile (``linger`` seconds at most), stop it."""
     server = Server(base, cache_root, base / "comfyui.log", args.device, args.comfyui, args.comfyui_python,
                     stall_log=base / "stalls.jsonl" if args.trace_stalls else None)
     result: dict[str, Any] = {"launch": {}, "prompts": []}
@@ -391,13 +403,23 @@ def launch_and_queue(args: argparse.Namespace, base: Path, cache_root: Path, pro
             time.sleep(idle)
             result["prompts"].append(run_prompt(server, prompt, args.prompt_timeout))
             result["prompts"][-1]["done_since_spawn_s"] = time.time() - server.spawned
-        time.sleep(linger)
+        if linger > 0:
+            result["launch"]["linger"] = linger_for_compile(server, linger)
     except RuntimeError as error:
         result["launch"]["error"] = str(error)
     finally:
         server.stop()
     result["launch"]["builds_waited_s"] = round(wait_for_builders(cache_root, args.builder_timeout), 2)
     return result
+
+
+def linger_for_compile(server: Server, longest: float) -> dict[str, Any]:
+    """Keep the server up until its log says the engine's compile is done, ``longest`` seconds
+    at most (a pack that compiles nothing, as on the CPU, lingers that long)."""
+    start = time.time()
+    while not server.logged(COMPILED_LINE) and time.time() - start < longest:
+        time.sleep(0.5)
+    return {"seconds": round(time.time() - start, 1), "compile_logged": server.logged(COMPILED_LINE)}
 
 
 def wait_for_builders(cache_root: Path, timeout: float) -> float:
@@ -539,8 +561,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                         help="rounds of (a prompt after --idle-before-warm, one queued at once) per relaunch, each "
                              "with the other speech than the round before (the goals are the first round's)")
     parser.add_argument("--linger-after-first", type=float, default=0.0,
-                        help="seconds the first-ever server stays up after its prompt, as a user's ComfyUI does "
-                             "(a compile started after a prompt is done and cached by then)")
+                        help="the longest the first-ever server stays up after its prompt, as a user's ComfyUI does, "
+                             "waiting for the compile started after the prompt to be logged (and cached)")
     parser.add_argument("--builder-timeout", type=float, default=300,
                         help="the longest wait, after a server stops, for the builds it started in the background")
     parser.add_argument("--startup-timeout", type=float, default=300)
@@ -586,6 +608,10 @@ def main(argv: Optional[list[str]] = None) -> None:
             prepare_base(bases[name], folder, args.models, args.image, speeches, args.trace_stalls)
             firsts[name] = launch_and_queue(args, bases[name], bases[name] / "caches", prompts[:1], [0.0],
                                             args.linger_after_first)
+            linger = firsts[name]["launch"].get("linger")
+            if linger is not None and args.device != "cpu" and not linger["compile_logged"]:
+                print(f"warning: {name}: no compile logged within --linger-after-first {args.linger_after_first:g} s; "
+                      "its relaunches start from a cold cache and compile again (raise the flag)", flush=True)
         for _ in range(args.repeats):
             for name in packs:
                 later[name].append(launch_and_queue(args, bases[name], bases[name] / "caches", prompts, idles))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.bench_comfyui import Server, goal_verdicts, run_prompt, timeline, workflow
+from bench.bench_comfyui import COMPILED_LINE, Server, goal_verdicts, linger_for_compile, run_prompt, timeline, workflow
 from tests.conftest import OFFICIAL_FILES
 
 CLASSES = {"1": "DittoLoadModels", "2": "LoadImage", "3": "LoadAudio", "4": "DittoTalkingHead"}
@@ -68,6 +68,37 @@ def test_no_warm_round_is_refused_by_its_flag_before_any_server_starts(tmp_path,
         main(["--comfyui", str(tmp_path), "--models", str(tmp_path / "models"), "--warm-rounds", "0"])
     assert "--warm-rounds must be 1 or more, got 0" in capsys.readouterr().err
     assert not (tmp_path / "models").exists()
+
+
+def _server_with_log(tmp_path: Path, earlier: str) -> Server:
+    log = tmp_path / "comfyui.log"
+    log.write_text(earlier)  # the launches before this one
+    server = Server(tmp_path, tmp_path / "caches", log, "cuda", tmp_path, sys.executable)
+    server.log_start = log.stat().st_size
+    return server
+
+
+def test_the_first_launch_lingers_until_its_compile_is_logged(tmp_path):
+    # Session 33: a fixed 30-s linger stopped a cold compile half way; every relaunch of that pack
+    # then compiled again and no prompt of it ran compiled.
+    server = _server_with_log(tmp_path, "")
+
+    def log_it_later() -> None:
+        time.sleep(0.6)
+        with open(server.log_path, "a") as log:
+            log.write(f"{COMPILED_LINE} 38.2 s (batch 32)\n")
+
+    import threading
+
+    threading.Thread(target=log_it_later).start()
+    got = linger_for_compile(server, longest=30)
+    assert got["compile_logged"] and got["seconds"] < 30
+
+
+def test_a_compile_logged_by_an_earlier_launch_does_not_end_the_linger(tmp_path):
+    server = _server_with_log(tmp_path, f"{COMPILED_LINE} 4.1 s (batch 32)\n")
+    got = linger_for_compile(server, longest=1.0)
+    assert not got["compile_logged"] and got["seconds"] >= 1.0
 
 
 def test_the_queued_workflow_is_the_all_in_one_example_with_the_benchmarks_settings():
