@@ -126,7 +126,8 @@ class CapturedCall:
         self._stream = stream
 
     def capture(self) -> Any:
-        """Warm up, record, and return the warm-up's result (a correct eager answer).
+        """Warm up, record, and return the warm-up's result (a correct eager answer); under
+        ``cudaMallocAsync`` the recording is also replayed once (see the comment there).
 
         The warm-up runs outside the recording, so that what libraries set up lazily on first
         use (cuBLAS handles, attention kernels) exists before it and is not recorded. It runs
@@ -147,6 +148,12 @@ class CapturedCall:
         with recording_turn(device, wait=True), torch.cuda.graph(self.graph, stream=self._stream,
                                                                   capture_error_mode="thread_local"):
             self.outputs = self._run(*self.inputs)
+        if uses_cuda_malloc_async(device):
+            # There the memory the recording allocated (its outputs) is a CUDA graph allocation,
+            # which exists only once the graph has run: freed before that (an owner dropped after
+            # one recorded call, as a pipeline unloaded after a one-window clip) cudaFreeAsync
+            # fails and PyTorch aborts the process. One replay makes it real.
+            self.graph.replay()
         return result
 
     def release(self) -> None:

@@ -257,3 +257,34 @@ def test_a_recording_under_cuda_malloc_async_waits_for_marked_background_work(tm
     assert warning not in marked, marked[-2000:]
     for phase in report.values():
         assert max(phase["during"] + phase["after"]) < 1e-5, report
+
+
+ONE_RECORDED_WINDOW = """
+import gc, torch
+from ditto_core.models.keypoints import MOTION_DIM
+from ditto_core.models.lmdm import LMDM, WINDOW
+from ditto_core.motion.lmdm_sampler import DDIMSampler
+lmdm = LMDM().cuda().eval().requires_grad_(False)
+sampler = DDIMSampler(lmdm, 5, cuda_graph=True)
+zeros = lambda *shape: torch.zeros(*shape, device="cuda")
+sampler.sample(zeros(1, MOTION_DIM), zeros(1, WINDOW, 1103), zeros(1, WINDOW, MOTION_DIM), zeros(*sampler.noise_shape(1)))
+assert len(sampler._graphs) == 1  # recorded at its only window: a clip of at most 80 frames
+del sampler  # the models unloaded, or the setting evicted
+gc.collect()
+torch.cuda.synchronize()
+torch.cuda.empty_cache()
+print("dropped")
+"""
+
+
+@pytest.mark.gpu
+def test_an_owner_dropped_after_its_only_recorded_call_frees_the_recording_cleanly():
+    """Session 33 (call 4): under ComfyUI's allocator a pipeline dropped after a one-window clip
+    aborted the process ("uncaptured free of a captured allocation", then "CUDA error: invalid
+    argument" from the allocator's free and ``terminate``): the recording's outputs are a CUDA
+    graph allocation, which does not exist until the graph has run, and its graph had never
+    been replayed. The recording now runs once as it is made."""
+    env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}
+    done = subprocess.run([sys.executable, "-c", ONE_RECORDED_WINDOW], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("dropped"), done.stderr[-3000:]
