@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -88,11 +89,14 @@ def test_the_first_launch_lingers_until_its_compile_is_logged(tmp_path):
         with open(server.log_path, "a") as log:
             log.write(f"{COMPILED_LINE} 38.2 s (batch 32)\n")
 
-    import threading
-
     threading.Thread(target=log_it_later).start()
     got = linger_for_compile(server, longest=30)
     assert got["compile_logged"] and got["seconds"] < 30
+
+
+def test_the_line_lingered_for_is_the_one_the_engine_logs_after_its_compile():
+    engine = Path(__file__).resolve().parents[1] / "ditto_core" / "render" / "warp_decode.py"
+    assert f'log.info("{COMPILED_LINE} %.1f s (batch %d)"' in engine.read_text()
 
 
 def test_a_compile_logged_by_an_earlier_launch_does_not_end_the_linger(tmp_path):
