@@ -9,6 +9,9 @@ engine "deferred", as nodes/model_registry.py builds it). One process per run; t
   prewarmed   first a throw-away pipeline (eager engine) renders 1 s of the speech and is dropped: what a
               process whose CUDA libraries, kernels and encoder were warmed before the prompt (say at
               ComfyUI's start, on zeros) would pay; then as main with new models (the "prewarm_s" apart)
+  prewarmedzeros  the same warming done on zeros only, as a feature would: the throw-away pipeline's
+              priming, one LMDM window and HuBERT over 15 s of silence; no registration, paste-back
+              or encoder
 
 Timeline (seconds since the models were loaded): each LMDM window (start, end after a sync,
 eager or graph), the priming's start and end, the stage times; then the same job again in the
@@ -72,12 +75,24 @@ def main() -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # cpu: a dry run of the script
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     result = {}
-    if variant == "prewarmed":
+    if variant.startswith("prewarmed"):
         start = time.perf_counter()
         throwaway = DittoPipeline.from_model_dir(models, device, torch.float16 if device.type == "cuda" else torch.float32,
                                                  detect_face=False, compile=False)
-        throwaway.run(image, audio, Path(out).parent / "prewarm.mp4", RegistrationOptions(detect_face=False),
-                      MotionOptions(steps=25), preset="ultrafast", max_seconds=1.0)
+        if variant == "prewarmed":
+            throwaway.run(image, audio, Path(out).parent / "prewarm.mp4", RegistrationOptions(detect_face=False),
+                          MotionOptions(steps=25), preset="ultrafast", max_seconds=1.0)
+        else:
+            throwaway.start_warmup(prime="full")
+            options = MotionOptions(steps=25)
+            sampler = throwaway.sampler(options.steps, lmdm_precision_for(options.sampler_precision, throwaway.models.dtype),
+                                        options.sampler_compile)
+            zeros = torch.zeros
+            sampler.sample(zeros(1, 265, device=device), zeros(1, 80, throwaway.models.cond_dim, device=device),
+                           zeros(1, 80, 265, device=device), zeros(*sampler.noise_shape(1), device=device))
+            throwaway.audio_features(torch.zeros(1, 16000 * 15), 16000)
+            throwaway.engine()._primed()
+            sync()
         del throwaway
         import gc
         gc.collect()

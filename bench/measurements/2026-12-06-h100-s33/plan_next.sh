@@ -4,8 +4,10 @@
 #    that an owner dropped after its only recorded call frees graph memory that exists): the new
 #    GPU test on main (expect a pass) and on main with capture_replay.patch reversed (expect the
 #    abort the test names), then the cuda_graphs and sampler GPU tests on main.
-# 2. first_prompt_probe.py "prewarmed" beside "main" (call 4's prewarmed runs died of that abort):
-#    would a process warmed before its first prompt render it near a warm one? Round 1 is cold.
+# 2. first_prompt_probe.py "prewarmed" and "prewarmedzeros" beside "main" (call 4's prewarmed runs
+#    died of that abort): would a process warmed before its first prompt render it near a warm one,
+#    and does warming on zeros alone (what a feature would do at ComfyUI's start) do as well?
+#    Round 1 is cold.
 # Carry [".whl", ".carry"].
 set -u
 START=$(date +%s)
@@ -23,7 +25,7 @@ timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_cuda_grap
 mkdir -p /tmp/models/aux_models && ln -sf $H /tmp/models/aux_models/hubert_streaming_fix_kv.onnx
 mkdir -p $OUT/probe
 for round in 1 2 3 4; do
-  for v in main prewarmed; do
+  for v in main prewarmed prewarmedzeros; do
     left=$((580 - $(date +%s) + START)); [ $left -lt 30 ] && break 2
     PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync timeout $left python3 $S/first_prompt_probe.py $v /tmp/models \
       $E/portrait.jpg $E/speech_24k_mono.wav $OUT/probe/${v}_$round.json 1 > $OUT/probe/${v}_$round.txt 2>>$OUT/probe/stderr.log
