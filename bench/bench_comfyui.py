@@ -417,9 +417,9 @@ def linger_for_compile(server: Server, longest: float) -> dict[str, Any]:
     """Keep the server up until its log says the engine's compile is done, ``longest`` seconds
     at most (a pack that compiles nothing, as on the CPU, lingers that long)."""
     start = time.time()
-    while not server.logged(COMPILED_LINE) and time.time() - start < longest:
+    while not (logged := server.logged(COMPILED_LINE)) and time.time() - start < longest:
         time.sleep(0.5)
-    return {"seconds": round(time.time() - start, 1), "compile_logged": server.logged(COMPILED_LINE)}
+    return {"seconds": round(time.time() - start, 1), "compile_logged": logged}
 
 
 def wait_for_builders(cache_root: Path, timeout: float) -> float:
