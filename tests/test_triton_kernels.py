@@ -19,7 +19,6 @@ def test_switch_reaches_every_layer_with_a_kernel_and_back():
     layers = (warp, warp.dense_motion_network, warp.dense_motion_network.mask)
     assert use_triton_kernels_(warp, True) == 3 and all(layer.use_triton for layer in layers)
     assert use_triton_kernels_(warp, False) == 3 and not any(layer.use_triton for layer in layers)
-    assert use_triton_kernels_(SPADEDecoder(), True) == 0
 
 
 def test_kernels_run_only_for_half_precision_cuda():
@@ -50,7 +49,7 @@ def test_every_kernel_builds_for_ampere_and_hopper_at_dittos_shapes(capability, 
     """Triton's interpreter runs kernel bodies as Python, so a kernel can pass it and still not
     compile (a constexpr reassigned in an unrolled loop did once); this builds each one."""
     pytest.importorskip("triton")
-    from ditto_core.models import slice_conv_triton, volume_sampling_triton
+    from ditto_core.models import slice_conv_triton, spade_norm_triton, volume_sampling_triton
 
     half = f"*{dtype}"
     built = [
@@ -65,6 +64,18 @@ def test_every_kernel_builds_for_ampere_and_hopper_at_dittos_shapes(capability, 
                  dict(C=32, D=16, H=64, W=64, OUT_D=16, OUT_H=64, OUT_W=64, BLOCK=volume_sampling_triton._BLOCK),
                  capability, num_warps=volume_sampling_triton._WARPS),
     ]
+    strides = [f"{t}_s{d}" for t in "xst" for d in "bchw"]
+    for up, shift, activate in ((1, True, True), (2, True, True), (2, False, False)):  # the decoder's three uses
+        built.append(_compile(
+            spade_norm_triton._modulate_kernel, dict(x_ptr=half, mean_ptr="*fp32", rstd_ptr="*fp32", scale_ptr=half,
+                                                     shift_ptr=half, out_ptr=half), [*strides, "C", "H", "W"],
+            dict(UP=up, HAS_SHIFT=shift, ACTIVATE=activate, SLOPE=0.2, BLOCK_P=spade_norm_triton._MODULATE_BLOCK[0],
+                 BLOCK_C=spade_norm_triton._MODULATE_BLOCK[1]), capability, num_warps=spade_norm_triton._WARPS))
+    built.append(_compile(
+        spade_norm_triton._stats_kernel, dict(x_ptr=half, partial_ptr="*fp32"),
+        ["stride_b", "stride_c", "stride_h", "stride_w", "C", "W", "P", "SPLIT"],
+        dict(PIXELS=spade_norm_triton._PIXELS_PER_PROGRAM, BLOCK_P=spade_norm_triton._STATS_BLOCK[0],
+             BLOCK_C=spade_norm_triton._STATS_BLOCK[1]), capability, num_warps=spade_norm_triton._WARPS))
     for tile in slice_conv_triton.CONFIGS:
         built.append(_compile(
             slice_conv_triton._slice_conv_kernel, dict(x_ptr=half, w_ptr=half, out_ptr=half),
@@ -179,3 +190,4 @@ def test_compiled_engine_runs_our_kernels_and_renders_what_pytorch_renders(tmp_p
     assert rel_l2(got, expected) < 2e-3
     eager = WarpDecodeEngine(warp, decoder, batch_size=2, compile=False)
     assert eager.stats.triton_kernels == 0 and not warp.dense_motion_network.mask.use_triton
+    assert not decoder.up_1.use_triton  # the decoder's eager kernels go with the others

@@ -61,6 +61,12 @@ Independently of the rewrites, the upsampling blocks instance-normalise *before*
 a nearest-upsampled map repeats every pixel s*s times, so it has exactly the low-res map's
 mean and (biased) variance; normalising the small map and upsampling the result equals
 normalising the upsampled one, and the upsampled input itself is never materialised.
+
+Eager half-precision batches on CUDA (a new process's first clip, while the compile loads) run
+each prepared block's instance norms, modulations and LeakyReLUs as two Triton kernels of ours
+(:mod:`.spade_norm_triton`) on channels-last tensors, where PyTorch's ops make a pass over memory
+each (``use_triton``, switched on by the warp+decode engine with its other kernels). Inside a
+trace the blocks keep PyTorch's ops, which Inductor fuses itself.
 """
 from __future__ import annotations
 
@@ -73,6 +79,7 @@ from torch import Tensor, nn
 
 from ..errors import InputError
 from .meta_build import building_on_meta
+from .triton_kernels import runs_triton
 
 FEATURE_CHANNELS = 256
 """Channels of the warped feature map the decoder consumes (also its SPADE label map)."""
@@ -339,11 +346,14 @@ class SPADE(nn.Module):
 
         ``hidden`` is ``mlp_shared(label)``: (B, hidden_channels, H, W).
         """
-        if self.mlp_scale_shift is None:
-            scale, shift = 1 + self.mlp_gamma(hidden), self.mlp_beta(hidden)
-        else:
-            scale, shift = self.mlp_scale_shift(hidden).chunk(2, dim=1)
+        scale, shift = self.scale_shift(hidden)
         return torch.addcmul(shift, normalized, scale)
+
+    def scale_shift(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
+        """``(1 + gamma(hidden), beta(hidden))``, each (B, num_features, H, W)."""
+        if self.mlp_scale_shift is None:
+            return 1 + self.mlp_gamma(hidden), self.mlp_beta(hidden)
+        return self.mlp_scale_shift(hidden).chunk(2, dim=1)
 
     @torch.no_grad()
     def prepare_for_inference(self) -> None:
@@ -401,8 +411,12 @@ class ShiftFoldedShortcut(nn.Module):
         self._split = (in_channels, out_channels)
 
     def forward(self, normalized: Tensor, hidden: Tensor) -> Tensor:
-        scale, shift = self.scale_shift(hidden).split(self._split, dim=1)
+        scale, shift = self.scale_and_conv_shift(hidden)
         return self.conv(normalized * scale).add_(shift)
+
+    def scale_and_conv_shift(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
+        """The SPADE scale (B, in, H, W) and ``conv_s(shift)`` (B, out, H, W)."""
+        return self.scale_shift(hidden).split(self._split, dim=1)
 
 
 class SPADEResnetBlock(nn.Module):
@@ -445,6 +459,7 @@ class SPADEResnetBlock(nn.Module):
         # and norm_s + conv_s as one ShiftFoldedShortcut.
         self.register_module("label_embedding", None)
         self.register_module("shortcut", None)
+        self.use_triton = False  # eager half-precision CUDA inputs: the kernels of .spade_norm_triton
 
     def _norms(self) -> list[SPADE]:
         return [norm for norm in (self.norm_0, self.norm_1, self.norm_s) if norm is not None]
@@ -460,6 +475,8 @@ class SPADEResnetBlock(nn.Module):
         return [F.relu_(hidden) for hidden in self.label_embedding.forward_chunks(label, chunks)]
 
     def forward(self, x: Tensor, label: Tensor) -> Tensor:
+        if self.runs_kernels(x):
+            return self._forward_kernels(x, label)
         hidden = self._embed(label)
         # Normalising before upsampling is exact (see the module docstring) and touches
         # upsample**2 times fewer pixels; norm_0 and norm_s share the result.
@@ -473,6 +490,28 @@ class SPADEResnetBlock(nn.Module):
         else:
             shortcut = _upsample(x, self.upsample)
         return dx.add_(shortcut)
+
+    def runs_kernels(self, x: Tensor) -> bool:
+        """Whether :meth:`forward` runs the Triton kernels on ``x``: switched on, a half-precision
+        CUDA input, outside a trace, and prepared for inference (the kernels take the fused
+        scale/shift convs)."""
+        return (runs_triton(self.use_triton, x) and not torch.compiler.is_compiling()
+                and self.label_embedding is not None and self.norm_s is None)
+
+    def _forward_kernels(self, x: Tensor, label: Tensor) -> Tensor:
+        """:meth:`forward` with each norm + modulation (+ LeakyReLU) one kernel; channels-last out."""
+        from .spade_norm_triton import instance_stats, spade_modulate
+
+        hidden = self._embed(label)
+        stats = instance_stats(x, _INSTANCE_NORM_EPS)
+        scale, shift = self.norm_0.scale_shift(hidden[0])
+        dx = self.conv_0(spade_modulate(x, stats, scale, shift, self.upsample, _NEGATIVE_SLOPE))
+        scale, shift = self.norm_1.scale_shift(hidden[1])
+        dx = self.conv_1(spade_modulate(dx, instance_stats(dx, _INSTANCE_NORM_EPS), scale, shift, 1, _NEGATIVE_SLOPE))
+        if self.shortcut is None:
+            return dx.add_(_upsample(x, self.upsample))
+        scale, shift = self.shortcut.scale_and_conv_shift(hidden[2])
+        return dx.add_(self.shortcut.conv(spade_modulate(x, stats, scale, None, self.upsample, None)).add_(shift))
 
     @torch.no_grad()
     def prepare_for_inference(self) -> None:
@@ -531,10 +570,14 @@ class SPADEDecoder(nn.Module):
                 f"SPADEDecoder: 'feature' must be a (batch, {FEATURE_CHANNELS}, height, width) tensor "
                 f"(the warp network's output), got shape {tuple(feature.shape)}."
             )
+        kernels = self.up_1.runs_kernels(feature)
+        if kernels:  # the blocks' kernels write channels-last, and cuDNN's half-precision convs read it without transposes
+            feature = feature.contiguous(memory_format=torch.channels_last)
         x = self.fc(feature)
         for block in self._blocks():
             x = block(x, feature)
-        return torch.sigmoid_(self.conv_img(_leaky_relu(x)))
+        image = torch.sigmoid_(self.conv_img(_leaky_relu(x)))
+        return image.contiguous() if kernels else image
 
     @torch.no_grad()
     def prepare_for_inference(self) -> None:

@@ -7,7 +7,9 @@ size, and frames of a multi-frame source are gathered (and padded) outside the g
 clip compiles once. Where compilation is not available (CPU, no Triton, some Windows installs)
 or fails, the same function runs eagerly, announced once. Where it compiles, the warp network's
 mask conv and its two trilinear samplings also run as Triton kernels of ours
-(:mod:`ditto_core.models.triton_kernels`).
+(:mod:`ditto_core.models.triton_kernels`), and eager batches (a new process's first clip, while
+the compile loads) run the decoder's norms and modulations as kernels of ours too
+(:mod:`ditto_core.models.spade_norm_triton`).
 
 Ways to get the compiled graph (``warmup``):
 
@@ -200,6 +202,7 @@ class WarpDecodeEngine(nn.Module):
         # (or a user who turned compiling off) gets the plain PyTorch path throughout.
         triton_ok, self.stats.reason_pytorch = triton_kernels_supported(self.device, self.dtype) if ok else (False, why)
         switched = use_triton_kernels_(warp_network, triton_ok)  # off too: another engine may have set it
+        use_triton_kernels_(decoder, triton_ok)  # its kernels run in eager batches only
         self.stats.triton_kernels = switched if triton_ok else 0
         if ok:
             use_compile_cache(cache_dir)
@@ -568,6 +571,7 @@ class WarpDecodeEngine(nn.Module):
         self.stats.compiled, self.stats.reason_eager, self._step = False, why, None
         if self.stats.triton_kernels:  # the failure may be Triton's own
             use_triton_kernels_(self.warp_network, False)
+            use_triton_kernels_(self.decoder, False)
             self.stats.triton_kernels, self.stats.reason_pytorch = 0, why
         _announce_eager(why)
 

@@ -11,6 +11,7 @@ profiled, rel-L2 against the fp32 networks in the current layout):
                  scale/shift applied in one pass), which keeps the layout
   cl_groupnorm   cl_weights + instance norm as group_norm with one group per channel
   warp_cl        cl_varmean + the warp network's 2-D conv weights channels-last too
+  decoder_kernels  (call 4) the decoder's own eager kernels switched on (ditto_core/models/spade_norm_triton.py)
 """
 import copy
 import json
@@ -113,6 +114,10 @@ with torch.inference_mode():
         "cl_groupnorm": (warp16, channels_last_(copy.deepcopy(dec16)), groupnorm_instance_norm, True),
         "warp_cl": (channels_last_(copy.deepcopy(warp16)), channels_last_(copy.deepcopy(dec16)), varmean_instance_norm, True),
     }
+    if hasattr(decoder_module, "runs_triton"):  # a tree with the decoder's kernels
+        with_kernels = copy.deepcopy(dec16)
+        use_triton_kernels_(with_kernels, True)
+        variants["decoder_kernels"] = (warp16, with_kernels, None, False)
     for name, (w, d, norm, cl_input) in variants.items():
         decoder_module.F = with_norm(norm)
         f16 = f_s.to(HALF)
