@@ -4,7 +4,7 @@
 # 2. eager_layouts.py with the new "decoder_kernels" variant beside call 3's.
 # 3. first_prompt_probe.py (session 33's) main against "before" (main with decoder_kernels.patch
 #    reversed: the decoder's PyTorch ops in eager batches), alternating; round 1 is cold.
-# 4. A real ComfyUI, bench_comfyui main against before, with what time is left.
+# 4. A real ComfyUI, bench_comfyui with main alone, with what time is left (before: call 2).
 # Carry [".whl", ".carry"].
 set -u
 START=$(date +%s)
@@ -23,7 +23,7 @@ mkdir -p $OUT/probe
 P=bench/measurements/2026-12-06-h100-s33/first_prompt_probe.py
 for round in 1 2; do
   for v in main before; do
-    left=$((290 - $(date +%s) + START)); [ $left -lt 25 ] && break 2
+    left=$((250 - $(date +%s) + START)); [ $left -lt 25 ] && break 2
     tree=.; [ $v = before ] && tree=$b
     (cd $tree && PYTHONPATH=$tree:/tmp/site PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync timeout $left python3 $P main /tmp/models \
       $OLDPWD/$E/portrait.jpg $OLDPWD/$E/speech_24k_mono.wav $OUT/probe/${v}_$round.json 1 > $OUT/probe/${v}_$round.txt 2>>$OUT/probe/stderr.log)
@@ -31,9 +31,9 @@ for round in 1 2; do
   done
 done
 rm -f $OUT/probe/*.mp4; rm -rf $OUT/probe/avatars
-left=$((480 - $(date +%s) + START))
+left=$((400 - $(date +%s) + START))
 timeout $left python3 -m bench.bench_comfyui --comfyui /tmp/comfyui --comfyui-python python3 \
-  --models /tmp/models --hubert $H --pack main=. --pack before=$b \
+  --models /tmp/models --hubert $H --pack main=. \
   --image $E/portrait.jpg --audio $E/speech_24k_mono.wav --repeats 1 --warm-rounds 1 --idle-before-warm 10 \
   --linger-after-first 90 --out $OUT/comfyui.json > $OUT/comfyui.log 2>&1
 echo "bench rc $?"
