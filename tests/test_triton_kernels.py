@@ -185,6 +185,7 @@ def test_compiled_engine_runs_our_kernels_and_renders_what_pytorch_renders(tmp_p
     expected = decoder(warp(feature.expand(2, -1, -1, -1, -1), kp_source, kp_driving)).float()  # switch off
     engine = WarpDecodeEngine(warp, decoder, batch_size=2, compile=True, cache_dir=tmp_path)
     assert engine.stats.triton_kernels == 3 and warp.use_triton and warp.dense_motion_network.use_triton
+    assert decoder.up_1.use_triton  # switched on too, but a trace keeps the decoder's PyTorch ops
     got = engine.render_batch(feature, kp_source, kp_driving).float()
     assert engine.stats.compiled
     assert rel_l2(got, expected) < 2e-3
