@@ -2,7 +2,8 @@
 first clip runs it (fp16, batch 32, our Triton kernels on, as the engine sets them where it can
 compile), against the same batch compiled (plain Inductor kernels, as under ComfyUI's allocator).
 
-Prints and writes $OUT/eager_profile.json: ms per frame (CUDA events), kernels by kind and the
+PROBE_DECODER_KERNELS=1 switches the decoder's eager kernels on (ditto_core/models/spade_norm_triton.py);
+PROBE_COMPILED=0 skips the compiled batch. Prints and writes $OUT/eager_profile.json: ms per frame (CUDA events), kernels by kind and the
 top kernels of each path, and eager stage times from forward hooks.
 """
 import json
@@ -24,6 +25,8 @@ BATCH, REPS = 32, 5
 dev = torch.device("cuda")
 warp, decoder = render_networks(dev, torch.float16)
 print("triton layers", use_triton_kernels_(warp, True), flush=True)
+if os.environ.get("PROBE_DECODER_KERNELS") == "1":  # the decoder's eager kernels (after call 4)
+    print("decoder blocks with kernels", use_triton_kernels_(decoder, True), flush=True)
 g = torch.Generator().manual_seed(1)
 f_s = torch.randn(1, 32, 16, 64, 64, generator=g).to(dev, torch.float16)
 kp_s = (torch.randn(BATCH, 21, 3, generator=g) * 0.1).to(dev)
