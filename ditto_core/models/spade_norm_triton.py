@@ -27,6 +27,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from .triton_operators import launch_device
+
 __all__ = ["instance_stats", "spade_modulate"]
 
 _PIXELS_PER_PROGRAM = 1024  # the statistics split a plane over programs of this many pixels
@@ -70,9 +72,10 @@ def instance_stats(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     split = triton.cdiv(pixels, _PIXELS_PER_PROGRAM)
     partial = torch.empty(b, split, 3, c, device=x.device, dtype=torch.float32)
     block_p, block_c = _STATS_BLOCK
-    _stats_kernel[(b, triton.cdiv(c, block_c), split)](
-        x, partial, *x.stride(), c, w, pixels, split,
-        PIXELS=_PIXELS_PER_PROGRAM, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=_WARPS)
+    with launch_device(x):
+        _stats_kernel[(b, triton.cdiv(c, block_c), split)](
+            x, partial, *x.stride(), c, w, pixels, split,
+            PIXELS=_PIXELS_PER_PROGRAM, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=_WARPS)
     shifted_mean = partial[:, :, 0].sum(1) / pixels
     variance = (partial[:, :, 1].sum(1) / pixels - shifted_mean.square()).clamp_min_(0)
     return partial[:, 0, 2] + shifted_mean, variance.add_(eps).rsqrt_()
@@ -128,9 +131,11 @@ def spade_modulate(x: Tensor, stats: tuple[Tensor, Tensor], scale: Tensor, shift
     out = torch.empty(b, c, height, width, device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
     mean, rstd = stats
     block_p, block_c = _MODULATE_BLOCK
-    _modulate_kernel[(b, triton.cdiv(height * width, block_p), triton.cdiv(c, block_c))](
-        x, mean, rstd, scale, scale if shift is None else shift, out,
-        *x.stride(), *scale.stride(), *(scale if shift is None else shift).stride(), c, height, width,
-        UP=upsample, HAS_SHIFT=shift is not None, ACTIVATE=negative_slope is not None,
-        SLOPE=0.0 if negative_slope is None else negative_slope, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=_WARPS)
+    with launch_device(x):
+        _modulate_kernel[(b, triton.cdiv(height * width, block_p), triton.cdiv(c, block_c))](
+            x, mean, rstd, scale, scale if shift is None else shift, out,
+            *x.stride(), *scale.stride(), *(scale if shift is None else shift).stride(), c, height, width,
+            UP=upsample, HAS_SHIFT=shift is not None, ACTIVATE=negative_slope is not None,
+            SLOPE=0.0 if negative_slope is None else negative_slope, BLOCK_P=block_p, BLOCK_C=block_c,
+            num_warps=_WARPS)
     return out

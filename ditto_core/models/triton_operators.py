@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-__all__ = ["TritonOperator", "register_defined_operators", "traceable", "triton_operator"]
+__all__ = ["TritonOperator", "launch_device", "register_defined_operators", "traceable", "triton_operator"]
 
 
 class TritonOperator:
@@ -35,12 +35,13 @@ class TritonOperator:
         self._op: Callable[..., Tensor] | None = None
 
     def __call__(self, *args: Any) -> Tensor:
-        if self._op is not None:
-            return self._op(*args)
-        if torch.compiler.is_compiling():  # a trace of code that did not register first: Dynamo records the launch
-            return self._fn(*args)
-        with _direct_launches():
-            return self._fn(*args)
+        if torch.compiler.is_compiling():  # a trace records the operator, or (not registered first) the launch
+            return (self._op or self._fn)(*args)
+        with launch_device(next(a for a in args if isinstance(a, Tensor))):
+            if self._op is not None:
+                return self._op(*args)
+            with _direct_launches():
+                return self._fn(*args)
 
     def register(self) -> None:
         triton_op = getattr(torch.library, "triton_op", None)
@@ -55,6 +56,14 @@ try:
     from torch._library.triton import is_wrap_triton_enabled, set_wrap_triton_enabled
 except ImportError:  # a torch without the switch launches through the wrapper: slower, same numbers
     is_wrap_triton_enabled = set_wrap_triton_enabled = None
+
+
+def launch_device(tensor: Tensor) -> contextlib.AbstractContextManager:
+    """The device an eager launch for ``tensor`` must run under. Triton launches on the current
+    CUDA device and its current stream, not on its arguments' device, so a pipeline on another
+    GPU (``cuda:1`` while ``cuda:0`` is current) would have its kernels read memory of one
+    device from another, outside that device's stream order. Compiled code sets the device itself."""
+    return torch.cuda.device(tensor.device) if tensor.is_cuda else contextlib.nullcontext()
 
 
 def _direct_launches() -> contextlib.AbstractContextManager:
