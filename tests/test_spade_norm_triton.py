@@ -120,32 +120,3 @@ def test_the_decoders_kernel_path_renders_what_pytorchs_ops_render_on_cuda(dtype
     # Both in half precision; the kernels round once where PyTorch rounds after each op.
     assert rel_l2(got.float(), want) < (2e-3 if dtype == torch.float16 else 1e-2)
 
-
-def test_an_eager_launch_for_cpu_tensors_sets_no_device():
-    from ditto_core.models.triton_operators import launch_device
-
-    with launch_device(torch.zeros(1)):  # nothing to set (and no CUDA needed)
-        pass
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
-@torch.inference_mode()
-def test_eager_kernels_run_on_their_tensors_gpu_not_the_current_one():
-    """Triton launches on the current device: a pipeline on cuda:1 while cuda:0 is current must
-    still get its kernels on cuda:1 (the decoder's and the warp network's)."""
-    from ditto_core.models.spade_norm_triton import instance_stats, spade_modulate
-    from ditto_core.models.volume_sampling import sample_volume
-    from ditto_core.models.volume_sampling_triton import warp_volume
-
-    torch.cuda.set_device(0)
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 8, 16, 16, generator=g).to("cuda:1", torch.float16)
-    scale, shift = torch.randn(2, 16, 16, 16, generator=g).to("cuda:1", torch.float16).chunk(2, 1)
-    want = torch.addcmul(shift, torch.nn.functional.instance_norm(x.float(), eps=1e-5).half(), scale).float()
-    got = spade_modulate(x, instance_stats(x, 1e-5), scale, shift, 1, None)
-    assert got.device == x.device and rel_l2(got.float(), want) < 2e-3
-    feature = torch.randn(1, 4, 4, 8, 8, generator=g).to("cuda:1", torch.float16)
-    grid = (torch.rand(1, 4, 8, 8, 3, generator=g) * 2 - 1).to("cuda:1")
-    assert rel_l2(warp_volume(feature, grid).float(), sample_volume(feature, grid).float()) < 2e-3
-    assert torch.cuda.current_device() == 0

@@ -1,7 +1,8 @@
 """The warp network's Triton kernels: the engine's switch, every kernel built for real GPUs
-(on the CPU: Triton compiles to a cubin without a device), and the two sampling kernels
+(on the CPU: Triton compiles to a cubin without a device), the two sampling kernels
 (``ditto_core.models.volume_sampling_triton``) against the PyTorch ops they replace, in
-Triton's interpreter and on a GPU."""
+Triton's interpreter and on a GPU, and eager launches on their tensors' GPU (ours, the
+decoder's and the writer's colour conversion)."""
 import pytest
 import torch
 
@@ -192,3 +193,37 @@ def test_compiled_engine_runs_our_kernels_and_renders_what_pytorch_renders(tmp_p
     eager = WarpDecodeEngine(warp, decoder, batch_size=2, compile=False)
     assert eager.stats.triton_kernels == 0 and not warp.dense_motion_network.mask.use_triton
     assert not decoder.up_1.use_triton  # the decoder's eager kernels go with the others
+
+
+def test_an_eager_launch_for_cpu_tensors_sets_no_device():
+    from ditto_core.models.triton_operators import launch_device
+
+    with launch_device(torch.zeros(1)):  # nothing to set (and no CUDA needed)
+        pass
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+@torch.inference_mode()
+def test_eager_kernels_run_on_their_tensors_gpu_not_the_current_one():
+    """Triton launches on the current device: a pipeline on cuda:1 while cuda:0 is current must
+    still get its kernels on cuda:1 (the decoder's, the warp network's, the writer's colour conversion)."""
+    from ditto_core.models.spade_norm_triton import instance_stats, spade_modulate
+    from ditto_core.models.volume_sampling import sample_volume
+    from ditto_core.models.volume_sampling_triton import warp_volume
+    from ditto_core.video.colour import rgb_to_yuv420p
+
+    torch.cuda.set_device(0)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 8, 16, 16, generator=g).to("cuda:1", torch.float16)
+    scale, shift = torch.randn(2, 16, 16, 16, generator=g).to("cuda:1", torch.float16).chunk(2, 1)
+    want = torch.addcmul(shift, torch.nn.functional.instance_norm(x.float(), eps=1e-5).half(), scale).float()
+    got = spade_modulate(x, instance_stats(x, 1e-5), scale, shift, 1, None)
+    assert got.device == x.device and rel_l2(got.float(), want) < 2e-3
+    feature = torch.randn(1, 4, 4, 8, 8, generator=g).to("cuda:1", torch.float16)
+    grid = (torch.rand(1, 4, 8, 8, 3, generator=g) * 2 - 1).to("cuda:1")
+    assert rel_l2(warp_volume(feature, grid).float(), sample_volume(feature, grid).float()) < 2e-3
+    frames = torch.randint(0, 256, (2, 16, 32, 3), generator=g, dtype=torch.uint8).to("cuda:1")
+    yuv = rgb_to_yuv420p(frames, backend="triton")  # the writer's conversion, also a kernel of ours
+    assert (yuv.int() - rgb_to_yuv420p(frames, backend="torch").int()).abs().max() <= 1
+    assert torch.cuda.current_device() == 0
