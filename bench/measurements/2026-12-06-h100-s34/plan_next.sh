@@ -7,6 +7,8 @@
 #    in call 4), for the next step (the label embedding's phase copies, the warp network's ops).
 # 3. The CLI, which renders clips under 2,500 frames eagerly in every process (warm too):
 #    bench_time_to_video's CLI states, main against before.
+# 0. First, the GPU tests of what landed after call 4 (eager Triton launches under their tensors'
+#    device, the writer's colour conversion too); the two-GPU test needs a two-GPU kind.
 # Carry [".whl", ".carry"].
 set -u
 START=$(date +%s)
@@ -18,12 +20,14 @@ b=/tmp/before; rm -rf $b && mkdir $b && tar --exclude=./.whl --exclude=./.carry 
 patch -s -R -p1 -d $b < $S/decoder_kernels.patch || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH
 echo "preamble s $(( $(date +%s) - START ))"
+timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton_kernels.py tests/test_video_colour.py \
+  tests/test_spade_norm_triton.py 2>&1 | tail -2
 mkdir -p /tmp/models/aux_models && ln -sf $H /tmp/models/aux_models/hubert_streaming_fix_kv.onnx
 mkdir -p $OUT/probe
 P=bench/measurements/2026-12-06-h100-s33/first_prompt_probe.py
 for round in 1 2 3; do
   for v in main before; do
-    left=$((250 - $(date +%s) + START)); [ $left -lt 25 ] && break 2
+    left=$((330 - $(date +%s) + START)); [ $left -lt 25 ] && break 2
     tree=.; [ $v = before ] && tree=$b
     (cd $tree && PYTHONPATH=$tree:/tmp/site PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync timeout $left python3 $P main /tmp/models \
       $OLDPWD/$E/portrait.jpg $OLDPWD/$E/speech_24k_mono.wav $OUT/probe/${v}_$round.json 1 > $OUT/probe/${v}_$round.txt 2>>$OUT/probe/stderr.log)
