@@ -196,7 +196,7 @@ def test_compiled_engine_runs_our_kernels_and_renders_what_pytorch_renders(tmp_p
 
 
 def test_an_eager_launch_for_cpu_tensors_sets_no_device():
-    from ditto_core.models.triton_operators import launch_device
+    from ditto_core.triton_launch import launch_device
 
     with launch_device(torch.zeros(1)):  # nothing to set (and no CUDA needed)
         pass

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .triton_operators import launch_device
+from ..triton_launch import launch_device
 
 __all__ = ["instance_stats", "spade_modulate"]
 

@@ -20,7 +20,9 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-__all__ = ["TritonOperator", "launch_device", "register_defined_operators", "traceable", "triton_operator"]
+from ..triton_launch import launch_device
+
+__all__ = ["TritonOperator", "register_defined_operators", "traceable", "triton_operator"]
 
 
 class TritonOperator:
@@ -56,14 +58,6 @@ try:
     from torch._library.triton import is_wrap_triton_enabled, set_wrap_triton_enabled
 except ImportError:  # a torch without the switch launches through the wrapper: slower, same numbers
     is_wrap_triton_enabled = set_wrap_triton_enabled = None
-
-
-def launch_device(tensor: Tensor) -> contextlib.AbstractContextManager:
-    """The device an eager launch for ``tensor`` must run under. Triton launches on the current
-    CUDA device and its current stream, not on its arguments' device, so a pipeline on another
-    GPU (``cuda:1`` while ``cuda:0`` is current) would have its kernels read memory of one
-    device from another, outside that device's stream order. Compiled code sets the device itself."""
-    return torch.cuda.device(tensor.device) if tensor.is_cuda else contextlib.nullcontext()
 
 
 def _direct_launches() -> contextlib.AbstractContextManager:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
+from ..triton_launch import launch_device
 from .putback_geometry import inverse_affine, paste_bounds
 
 # Flat 2 x 256 tiles (768 contiguous bytes a row) measured fastest on an H200 at 1080p:
@@ -141,7 +141,7 @@ def paste_back_triton(
     bounds = paste_bounds(M_c2o, size, height, width)
     index = source_index if source_index is not None else bounds  # placeholder pointer, never read
     grid = (triton.cdiv(height, _BLOCK_H) * triton.cdiv(width, _BLOCK_W), renders.shape[0])
-    with torch.cuda.device(frames.device):
+    with launch_device(frames):
         _paste_back_kernel[grid](
             frames,
             renders,

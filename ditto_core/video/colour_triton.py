@@ -10,12 +10,11 @@ level boundary the other way (within one level either way, and of swscale).
 """
 from __future__ import annotations
 
-import contextlib
-
-import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+
+from ..triton_launch import launch_device
 
 # 2x2 blocks per program along a row pair: 512 pixels, 1.5 KiB of RGB a row.
 _BLOCK = 256
@@ -96,8 +95,7 @@ def rgb_to_yuv420p_triton(frames: Tensor, out: Tensor, matrix: tuple, offsets: t
     if count == 0:
         return out
     grid = (height // 2, triton.cdiv(width // 2, _BLOCK), count)
-    # Triton launches on the current device: frames of a pipeline on another GPU need theirs.
-    with torch.cuda.device(frames.device) if frames.is_cuda else contextlib.nullcontext():
+    with launch_device(frames):
         _yuv420p_kernel[grid](frames.contiguous(), out, height, width, **kernel_constants(matrix, offsets),
                               num_warps=_NUM_WARPS)
     return out
