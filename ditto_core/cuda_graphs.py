@@ -105,6 +105,15 @@ def _tensors(value: Any) -> list[Tensor]:
     return []
 
 
+def _cloned(value: Any) -> Any:
+    """``value`` with every tensor in it (nested in tuples and lists) copied."""
+    if isinstance(value, Tensor):
+        return value.clone()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_cloned(item) for item in value)
+    return value
+
+
 class CapturedCall:
     """``run`` recorded over static copies of ``inputs`` (CUDA tensors of the shapes every replay uses).
 
@@ -125,7 +134,7 @@ class CapturedCall:
         self._run = run
         self._stream = stream
 
-    def capture(self) -> Any:
+    def capture(self, warm_up: bool = True) -> Any:
         """Warm up, record, and return the warm-up's result (a correct eager answer); under
         ``cudaMallocAsync`` the recording is also replayed once (see the comment there).
 
@@ -136,8 +145,27 @@ class CapturedCall:
         after a later recording clears the workspaces and the pool hands that memory out again
         (an illegal address on the H200). Made inside the first recording instead, the
         workspace lives in the graph's own pool for as long as the graph.
+
+        ``warm_up=False``: this thread has already run ``run`` eagerly at these shapes, on a
+        stream other than the capture stream (a window run while the recording was put off, see
+        :func:`recording_turn`), so that set-up exists; the warm-up would be one more eager call.
+        The answer is then a copy of the recording's first replay.
         """
         device = self.inputs[0].device
+        result = self._warm_up(device) if warm_up else None
+        with recording_turn(device, wait=True), torch.cuda.graph(self.graph, stream=self._stream,
+                                                                  capture_error_mode="thread_local"):
+            self.outputs = self._run(*self.inputs)
+        if not warm_up or uses_cuda_malloc_async(device):
+            # Under cudaMallocAsync the memory the recording allocated (its outputs) is a CUDA
+            # graph allocation, which exists only once the graph has run: freed before that (an
+            # owner dropped after one recorded call, as a pipeline unloaded after a one-window
+            # clip) cudaFreeAsync fails and PyTorch aborts the process. One replay makes it real.
+            self.graph.replay()
+        return result if warm_up else _cloned(self.outputs)
+
+    def _warm_up(self, device: torch.device) -> Any:
+        """One eager call on a side stream (see :meth:`capture`), its result usable on the caller's stream."""
         caller, side = torch.cuda.current_stream(device), torch.cuda.Stream(device)
         side.wait_stream(caller)
         with torch.cuda.stream(side):
@@ -145,15 +173,6 @@ class CapturedCall:
         caller.wait_stream(side)
         for tensor in _tensors(result):
             tensor.record_stream(caller)  # made on the side stream, used on the caller's
-        with recording_turn(device, wait=True), torch.cuda.graph(self.graph, stream=self._stream,
-                                                                  capture_error_mode="thread_local"):
-            self.outputs = self._run(*self.inputs)
-        if uses_cuda_malloc_async(device):
-            # There the memory the recording allocated (its outputs) is a CUDA graph allocation,
-            # which exists only once the graph has run: freed before that (an owner dropped after
-            # one recorded call, as a pipeline unloaded after a one-window clip) cudaFreeAsync
-            # fails and PyTorch aborts the process. One replay makes it real.
-            self.graph.replay()
         return result
 
     def release(self) -> None:

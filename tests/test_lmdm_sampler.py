@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 
 import numpy as np
 import pytest
@@ -404,6 +405,82 @@ def test_cuda_graph_replay_equals_eager():
         for s in (eager, graphed)
     ]
     torch.testing.assert_close(seqs[1], seqs[0], rtol=1e-6, atol=1e-6)
+
+
+def _on_a_new_thread(function, *args) -> None:
+    """``function(*args)`` on a thread of its own; what it raises is raised here."""
+    raised = []
+
+    def target():
+        try:
+            function(*args)
+        except BaseException as error:
+            raised.append(error)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if raised:
+        raise raised[0]
+
+
+@pytest.mark.gpu
+def test_a_recording_put_off_skips_its_warm_up_on_the_thread_that_ran_the_window_eagerly(monkeypatch):
+    """Under ComfyUI's allocator a window whose recording is put off (background GPU work running)
+    runs eagerly; the recording that follows on the same thread needs no eager warm-up of its own
+    (one network pass fewer), another thread's still does, and every answer equals eager sampling."""
+    from ditto_core import cuda_graphs
+    from ditto_core.cuda_graphs import beside_captures
+
+    monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: True)
+    torch.manual_seed(0)
+    model = LMDM().cuda().eval().requires_grad_(False)
+    eager, graphed = DDIMSampler(model, 5, cuda_graph=False), DDIMSampler(model, 5, cuda_graph=True)
+    passes = []
+    run = graphed._run
+
+    def counted(*inputs):
+        passes.append(threading.get_ident())
+        return run(*inputs)
+
+    graphed._run = counted  # what sample() and its recordings call
+    gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def window(batch: int) -> tuple:
+        return (torch.randn(batch, D, device="cuda", generator=gen), torch.randn(batch, W, 1103, device="cuda", generator=gen),
+                torch.randn(batch, W, D, device="cuda", generator=gen),
+                torch.randn(eager.noise_shape(batch), device="cuda", generator=gen))
+
+    def check(batch: int) -> None:
+        args = window(batch)
+        torch.testing.assert_close(graphed.sample(*args), eager.sample(*args), rtol=1e-6, atol=1e-6)
+
+    busy, leave = threading.Event(), threading.Event()
+
+    def background():
+        with beside_captures():
+            busy.set()
+            assert leave.wait(60)
+
+    worker = threading.Thread(target=background)
+    worker.start()
+    try:
+        assert busy.wait(60)
+        check(1)
+        check(2)
+        assert len(passes) == 2 and not graphed._graphs  # put off: eager, one pass each
+        _on_a_new_thread(check, 2)  # another thread's batch-2 window is put off too
+    finally:
+        leave.set()
+        worker.join()
+    check(1)  # recorded without a warm-up: one pass (the recording itself)
+    assert len(passes) == 4 and len(graphed._graphs) == 1
+    _on_a_new_thread(check, 2)
+    # That thread never ran the batch-2 window eagerly itself: warm-up and recording, two passes.
+    assert passes[4:] == [passes[4]] * 2 and passes[4] != threading.get_ident()
+    check(1)
+    check(2)
+    assert len(passes) == 6 and len(graphed._graphs) == 2  # replays
 
 
 @pytest.mark.gpu

@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import threading
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Iterator, Optional, Protocol
@@ -150,6 +151,13 @@ class DDIMSampler:
         self.timesteps = t.to(device)  # (steps,) int64: the model's t at each step
         self._graphs: dict[tuple, CapturedCall] = {}
         self._capture_stream: Optional[torch.cuda.Stream] = None
+        self._ran_eagerly = threading.local()
+
+    def _eager_keys(self) -> set[tuple]:
+        """The graph keys this thread sampled eagerly because their recording was put off."""
+        if not hasattr(self._ran_eagerly, "keys"):
+            self._ran_eagerly.keys = set()
+        return self._ran_eagerly.keys
 
     def noise_shape(self, batch: int) -> tuple[int, int, int, int]:
         """Shape of the per-step noise :meth:`sample` expects: (steps - 1, batch, 80, 265)."""
@@ -178,13 +186,18 @@ class DDIMSampler:
         key = (tuple(aud_cond.shape), x_T.device)
         captured = self._graphs.get(key)
         if captured is None:
+            ran_eagerly = self._eager_keys()
             with recording_turn(x_T.device) as allowed:
                 if not allowed:  # recorded at a later window (see beside_captures)
-                    return self._run(*inputs)
+                    result = self._run(*inputs)
+                    ran_eagerly.add(key)
+                    return result
                 if self._capture_stream is None:  # this sampler's graphs: one cuBLAS workspace of their own
                     self._capture_stream = torch.cuda.Stream(x_T.device)
                 captured = CapturedCall(self._run, inputs, self._capture_stream)
-                result = captured.capture()
+                # A window this thread already ran eagerly did the set-up the recording's warm-up
+                # is for; the warm-up would be one more eager window (a new process's first clip).
+                result = captured.capture(warm_up=key not in ran_eagerly)
             self._graphs[key] = captured
             return result
         return captured.replay(inputs).clone()  # the next replay overwrites the graph's output
