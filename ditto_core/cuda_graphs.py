@@ -196,9 +196,15 @@ class CapturedCall:
             pass
 
     def replay(self, inputs: Optional[tuple[Tensor, ...]] = None) -> Any:
-        """Copy ``inputs`` (same shapes as at capture; None: the static buffers as they are) and replay."""
+        """Copy ``inputs`` (same shapes as at capture; None: the static buffers as they are) and replay.
+
+        The copies run in inference mode: buffers made in it (a recording on a worker thread that
+        runs in it, as the motion ahead of a render does) refuse in-place writes outside it, and
+        the same sampler may then be called outside it (the serial motion of a later clip).
+        """
         if inputs is not None:
-            for static, value in zip(self.inputs, inputs):
-                static.copy_(value)
+            with torch.inference_mode():
+                for static, value in zip(self.inputs, inputs):
+                    static.copy_(value)
         self.graph.replay()
         return self.outputs

@@ -484,6 +484,28 @@ def test_a_recording_put_off_skips_its_warm_up_on_the_thread_that_ran_the_window
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("recorded_in, replayed_in", [("inference", "no_grad"), ("no_grad", "inference")])
+def test_a_window_recorded_in_one_grad_mode_replays_in_the_other(recorded_in, replayed_in):
+    """A pipeline with ``motion_ahead`` samples its clips' motion on a worker in inference mode, where
+    the window graph is recorded; a later clip with fades (never ahead) or a ``motion()`` call samples
+    under ``no_grad``, and the replay's input copy was refused ("Inplace update to inference tensor
+    outside InferenceMode": session 35's CLI, with the motion ahead by default, crashed so)."""
+    modes = {"inference": torch.inference_mode, "no_grad": torch.no_grad}
+    torch.manual_seed(0)
+    model = LMDM().cuda().eval().requires_grad_(False)
+    eager, graphed = DDIMSampler(model, 5, cuda_graph=False), DDIMSampler(model, 5, cuda_graph=True)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for mode in (recorded_in, replayed_in, replayed_in):
+        args = (torch.randn(1, D, device="cuda", generator=gen), torch.randn(1, W, 1103, device="cuda", generator=gen),
+                torch.randn(1, W, D, device="cuda", generator=gen),
+                torch.randn(eager.noise_shape(1), device="cuda", generator=gen))
+        with modes[mode]():
+            got = graphed.sample(*args)
+        torch.testing.assert_close(got, eager.sample(*args), rtol=1e-6, atol=1e-6)
+    assert len(graphed._graphs) == 1
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_compiled_graph_equals_eager(precision):
     """torch.compile'd steps recorded into the window graph give the eager answer of the same precision."""
