@@ -84,6 +84,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def without_ditto_checkouts(pythonpath: str) -> str:
+    """``pythonpath`` less the folders that hold a ``ditto_core`` package. A pack appends its own
+    folder to ``sys.path``, so such an entry would shadow it: every pack of a run would import
+    that one checkout's library (session 35's first "serial" pack ran main's)."""
+    return os.pathsep.join(entry for entry in pythonpath.split(os.pathsep)
+                           if entry and not (Path(entry) / "ditto_core").is_dir())
+
+
 @dataclass
 class Server:
     """One ComfyUI process on 127.0.0.1 (headless: an empty front-end root, no browser)."""
@@ -112,7 +120,8 @@ class Server:
                    str(self.base), "--disable-auto-launch", "--front-end-root", str(front_end)]
         if self.device == "cpu":
             command.append("--cpu")
-        env = {**os.environ, **cache_env(self.cache_root), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, **cache_env(self.cache_root), "PYTHONUNBUFFERED": "1",
+               "PYTHONPATH": without_ditto_checkouts(os.environ.get("PYTHONPATH", ""))}
         if self.stall_log is not None:
             env["DITTO_STALL_TRACE"] = str(self.stall_log)
         self.spawned = time.time()

@@ -194,6 +194,20 @@ def test_a_server_that_answers_without_the_packs_nodes_is_reported(tmp_path):
         server.stop()
 
 
+def test_a_servers_python_path_keeps_no_other_checkout_of_the_library(tmp_path, monkeypatch):
+    """Each pack must import the library beside its own nodes: a checkout on the benchmark's
+    PYTHONPATH would come first (packs append themselves to ``sys.path``)."""
+    checkout, site = tmp_path / "checkout", tmp_path / "site"
+    (checkout / "ditto_core").mkdir(parents=True)
+    site.mkdir()
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(checkout), str(site)]))
+    seen = tmp_path / "pythonpath.txt"
+    server = _server(tmp_path, f"import os, sys\nopen({str(seen)!r}, 'w').write(os.environ['PYTHONPATH'])\nsys.exit(3)\n")
+    with pytest.raises(RuntimeError, match="exited during start-up"):
+        server.start(timeout=60)
+    assert seen.read_text() == str(site)
+
+
 def test_a_server_that_exits_during_start_up_is_reported_with_its_log(tmp_path):
     server = _server(tmp_path, "import sys\nprint('no module named torchsde')\nsys.exit(3)\n")
     with pytest.raises(RuntimeError, match=r"exited during start-up \(code 3\); see .*comfyui.log"):
