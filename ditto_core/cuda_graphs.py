@@ -32,7 +32,8 @@ def _mine(name: str) -> int:
 
 @contextlib.contextmanager
 def beside_captures() -> Iterator[None]:
-    """Mark the block as GPU work of a background thread (a priming run, a compile's warm-up).
+    """Mark the block as GPU work beside recordings (a priming run, a compile's warm-up, a render
+    beside the worker that generates its motion).
 
     PyTorch's native allocator tells a recording's allocations from other streams' and leaves
     other threads alone. Its ``cudaMallocAsync`` backend (ComfyUI's default) keeps one flag for

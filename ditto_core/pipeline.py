@@ -22,6 +22,7 @@ from torch import Tensor
 from .audio.audio_features import SAMPLE_RATE, AudioFeatures
 from .audio.hubert import HubertFeatureExtractor
 from .audio.loading import load_audio, to_mono_16k
+from .cuda_graphs import beside_captures
 from .errors import InputError
 from .model_files import AUX_FILES, CONFIG_DIR, CONFIG_FILE, check_model_files, find_hubert
 from .models.ditto_models import DittoModels, load_ditto_models, random_ditto_models
@@ -238,13 +239,17 @@ class DittoPipeline:
         options, sampler, kp_cond, cond, schedule = self._motion_inputs(source, audio, options)
         del audio
         rows = functools.partial(iter_motion, sampler, kp_cond, cond, **schedule)
-        motion = start_motion_ahead(rows, cond.shape[0], source, self.models.stitch_network, options)
-        try:
-            yield motion
-        finally:
-            motion.close()  # joins the worker, which sets its seconds
-            self.times.seconds["motion"] = motion.seconds
-            self.times.seconds["motion_wait"] = motion.waited_seconds
+        # Under cudaMallocAsync a window graph recorded on the worker would count the render's
+        # allocations as its own (each later free warns): the render is marked as work beside
+        # recordings, so the worker's windows stay eager while it runs.
+        with beside_captures():
+            motion = start_motion_ahead(rows, cond.shape[0], source, self.models.stitch_network, options)
+            try:
+                yield motion
+            finally:
+                motion.close()  # joins the worker, which sets its seconds
+                self.times.seconds["motion"] = motion.seconds
+                self.times.seconds["motion_wait"] = motion.waited_seconds
 
     def _motion_inputs(self, source: SourceInfo, audio: AudioFeatures, options: MotionOptions):
         """What the window chain needs: the options with the blink table, the sampler, the first

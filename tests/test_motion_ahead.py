@@ -104,6 +104,35 @@ def _slow_rows(frames: int, pause: float, fail_after: int = -1):
     return rows
 
 
+def test_under_cuda_malloc_async_the_motion_worker_never_records_while_the_render_runs(pipeline, image_source,
+                                                                                        monkeypatch):
+    """ComfyUI's allocator counts every thread's allocations during a recording as the recording's:
+    a window graph recorded on the worker would take the render's (session 35: 20 warnings in a
+    real ComfyUI's first prompt). The render is marked as background work, so the worker's windows
+    stay eager until it ends; the native allocator records as before."""
+    from ditto_core import cuda_graphs
+    from ditto_core.cuda_graphs import recording_turn
+
+    def turn_elsewhere() -> bool:
+        allowed = []
+
+        def ask():
+            with recording_turn(torch.device("cuda")) as yes:
+                allowed.append(yes)
+        thread = threading.Thread(target=ask)
+        thread.start()
+        thread.join()
+        return allowed[0]
+
+    monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: True)
+    with pipeline.motion_for_render(image_source, _features(), MotionOptions(steps=2, seed=6)) as motion:
+        assert isinstance(motion, MotionAhead)
+        assert not turn_elsewhere()
+        next(iter(pipeline.iter_frames(image_source, motion)))
+        assert not turn_elsewhere()
+    assert turn_elsewhere()
+
+
 def test_the_render_waits_for_rows_and_matches_the_whole_clip_render(pipeline, image_source):
     options = MotionOptions(steps=2, seed=6)
     expected = pipeline.motion(image_source, _features(), options)
