@@ -10,6 +10,7 @@ from tests.parity import rel_l2
 from tests.triton_interpreter import run_interpreted
 
 KERNELS = """
+    import itertools
     import json
     import torch
     import torch.nn.functional as F
@@ -22,35 +23,48 @@ KERNELS = """
     for (h, w) in ((6, 7), (40, 40)):
         for layout in ("nchw", "channels_last"):
             for up in (1, 2):
-                for shift_on, slope in ((True, 0.2), (False, None)):
+                for (shift_on, slope), biased in itertools.product(((True, 0.2), (False, None)), (False, True)):
                     fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
                     x = (torch.randn(2, 5, h, w, generator=g) * 3 + 40).contiguous(memory_format=fmt)
                     scale, shift = torch.randn(2, 10, h * up, w * up, generator=g).contiguous(memory_format=fmt).chunk(2, 1)
+                    # The conv bias the decoder leaves to the kernel: (C,), added per channel.
+                    scale_bias, shift_bias = torch.randn(2, 5, generator=g) if biased else (None, None)
+                    full_scale = scale + (scale_bias[:, None, None] if biased else 0)
+                    full_shift = shift + (shift_bias[:, None, None] if biased else 0)
                     want = F.interpolate(F.instance_norm(x, eps=1e-5), scale_factor=up, mode="nearest")
-                    want = want * scale + (shift if shift_on else 0)
+                    want = want * full_scale + (full_shift if shift_on else 0)
                     want = F.leaky_relu(want, 0.2) if slope else want
-                    got = spade_modulate(x, instance_stats(x, 1e-5), scale, shift if shift_on else None, up, slope)
-                    result[f"{h}x{w} {layout} up{up} shift {shift_on}"] = {
+                    got = spade_modulate(x, instance_stats(x, 1e-5), scale, shift if shift_on else None, up, slope,
+                                         scale_bias, shift_bias if shift_on else None)
+                    result[f"{h}x{w} {layout} up{up} shift {shift_on} bias {biased}"] = {
                         "max_abs": float((got - want).abs().max()), "shape": list(got.shape),
                         "channels_last": got.is_contiguous(memory_format=torch.channels_last)}
-    try:
-        spade_modulate(x, instance_stats(x, 1e-5), scale[:, :2], None, up, None)
-    except ValueError as error:
-        result["refused"] = str(error)
+    stats = instance_stats(x, 1e-5)
+    for name, call in {
+        "refused": lambda: spade_modulate(x, stats, scale[:, :2], None, up, None),
+        "refused_bias": lambda: spade_modulate(x, stats, scale, shift, up, None, torch.zeros(4)),
+        "refused_shift_bias": lambda: spade_modulate(x, stats, scale, None, up, None, None, torch.zeros(5)),
+    }.items():
+        try:
+            call()
+        except ValueError as error:
+            result[name] = str(error)
     print(json.dumps(result))
 """
 
 
 def test_kernels_compute_pytorchs_norm_modulation_and_activation_in_the_interpreter():
     result = run_interpreted(KERNELS)
-    cases = {k: v for k, v in result.items() if k != "refused"}
-    assert len(cases) == 16
+    cases = {k: v for k, v in result.items() if not k.startswith("refused")}
+    assert len(cases) == 32
     for case, got in cases.items():
         h, w = map(int, case.split()[0].split("x"))
         up = int(case.split()[2][2:])
         assert got["shape"] == [2, 5, h * up, w * up] and got["channels_last"], case
         assert got["max_abs"] < 1e-4, case  # float32 throughout: rounding only
     assert "scale/shift must be (2, 5, 80, 80)" in result["refused"]
+    assert "scale_bias must be a contiguous (5,) tensor, got (4,)" in result["refused_bias"]
+    assert "shift_bias without a shift" in result["refused_shift_bias"]
 
 
 BLOCKS = """

@@ -355,6 +355,12 @@ class SPADE(nn.Module):
             return 1 + self.mlp_gamma(hidden), self.mlp_beta(hidden)
         return self.mlp_scale_shift(hidden).chunk(2, dim=1)
 
+    def unbiased_scale_shift(self, hidden: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """:meth:`scale_shift` of a prepared SPADE without the conv's bias, then that bias for
+        each: ``(scale, shift, scale_bias, shift_bias)``, the biases (num_features,)."""
+        channels = self.mlp_scale_shift.out_channels // 2
+        return _unbiased_split(self.mlp_scale_shift, hidden, (channels, channels))
+
     @torch.no_grad()
     def prepare_for_inference(self) -> None:
         """Merge ``mlp_gamma``/``mlp_beta`` into one conv (one launch, one read of ``hidden``)."""
@@ -417,6 +423,19 @@ class ShiftFoldedShortcut(nn.Module):
     def scale_and_conv_shift(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
         """The SPADE scale (B, in, H, W) and ``conv_s(shift)`` (B, out, H, W)."""
         return self.scale_shift(hidden).split(self._split, dim=1)
+
+    def unbiased_scale_and_conv_shift(self, hidden: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """:meth:`scale_and_conv_shift` without the conv's bias, then that bias for each: (in,), (out,)."""
+        return _unbiased_split(self.scale_shift, hidden, self._split)
+
+
+def _unbiased_split(conv: nn.Conv2d, x: Tensor, sizes: tuple[int, int]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``conv(x)`` without its bias split into two channel groups of ``sizes``, then the bias split
+    alike: for a kernel that adds the bias as it reads the output, where PyTorch would add it in a
+    pass of its own over the whole output."""
+    first, second = conv._conv_forward(x, conv.weight, None).split(sizes, dim=1)
+    first_bias, second_bias = conv.bias.split(sizes)
+    return first, second, first_bias, second_bias
 
 
 class SPADEResnetBlock(nn.Module):
@@ -499,19 +518,30 @@ class SPADEResnetBlock(nn.Module):
                 and self.label_embedding is not None and self.norm_s is None)
 
     def _forward_kernels(self, x: Tensor, label: Tensor) -> Tensor:
-        """:meth:`forward` with each norm + modulation (+ LeakyReLU) one kernel; channels-last out."""
+        """:meth:`forward` with each norm + modulation (+ LeakyReLU) one kernel; channels-last out.
+
+        PyTorch adds a conv's bias in a pass of its own over the output (a slow one for these
+        channels-last outputs), so no conv here adds its bias where something else can: the
+        scale/shift convs' biases are added by the modulation kernel as it reads them, conv_0's
+        is left out (norm_1's instance norm subtracts every per-channel constant again) and the
+        shortcut's conv_s(shift) bias joins conv_1's.
+        """
         from .spade_norm_triton import instance_stats, spade_modulate
 
         hidden = self._embed(label)
         stats = instance_stats(x, _INSTANCE_NORM_EPS)
-        scale, shift = self.norm_0.scale_shift(hidden[0])
-        dx = self.conv_0(spade_modulate(x, stats, scale, shift, self.upsample, _NEGATIVE_SLOPE))
-        scale, shift = self.norm_1.scale_shift(hidden[1])
-        dx = self.conv_1(spade_modulate(dx, instance_stats(dx, _INSTANCE_NORM_EPS), scale, shift, 1, _NEGATIVE_SLOPE))
+        scale, shift, scale_bias, shift_bias = self.norm_0.unbiased_scale_shift(hidden[0])
+        dx = spade_modulate(x, stats, scale, shift, self.upsample, _NEGATIVE_SLOPE, scale_bias, shift_bias)
+        dx = self.conv_0._conv_forward(dx, self.conv_0.weight, None)
+        scale, shift, scale_bias, shift_bias = self.norm_1.unbiased_scale_shift(hidden[1])
+        dx = spade_modulate(dx, instance_stats(dx, _INSTANCE_NORM_EPS), scale, shift, 1, _NEGATIVE_SLOPE,
+                            scale_bias, shift_bias)
         if self.shortcut is None:
-            return dx.add_(_upsample(x, self.upsample))
-        scale, shift = self.shortcut.scale_and_conv_shift(hidden[2])
-        return dx.add_(self.shortcut.conv(spade_modulate(x, stats, scale, None, self.upsample, None)).add_(shift))
+            return self.conv_1(dx).add_(_upsample(x, self.upsample))
+        scale, conv_shift, scale_bias, conv_shift_bias = self.shortcut.unbiased_scale_and_conv_shift(hidden[2])
+        dx = self.conv_1._conv_forward(dx, self.conv_1.weight, self.conv_1.bias + conv_shift_bias)
+        shortcut = self.shortcut.conv(spade_modulate(x, stats, scale, None, self.upsample, None, scale_bias))
+        return dx.add_(shortcut.add_(conv_shift))
 
     @torch.no_grad()
     def prepare_for_inference(self) -> None:

@@ -83,9 +83,10 @@ def instance_stats(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
 
 @triton.jit
 def _modulate_kernel(
-    x_ptr, mean_ptr, rstd_ptr, scale_ptr, shift_ptr, out_ptr,
+    x_ptr, mean_ptr, rstd_ptr, scale_ptr, shift_ptr, scale_bias_ptr, shift_bias_ptr, out_ptr,
     x_sb, x_sc, x_sh, x_sw, s_sb, s_sc, s_sh, s_sw, t_sb, t_sc, t_sh, t_sw,
-    C, H, W, UP: tl.constexpr, HAS_SHIFT: tl.constexpr, ACTIVATE: tl.constexpr, SLOPE: tl.constexpr,
+    C, H, W, UP: tl.constexpr, HAS_SHIFT: tl.constexpr, HAS_SCALE_BIAS: tl.constexpr,
+    HAS_SHIFT_BIAS: tl.constexpr, ACTIVATE: tl.constexpr, SLOPE: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
@@ -101,10 +102,14 @@ def _modulate_kernel(
     rstd = tl.load(rstd_ptr + b * C + c, mask=c_mask, other=0.0)
     scale = tl.load(scale_ptr + b * s_sb + c[None, :] * s_sc + (row * s_sh + col * s_sw).to(tl.int64)[:, None],
                     mask=mask, other=0.0).to(tl.float32)
+    if HAS_SCALE_BIAS:
+        scale += tl.load(scale_bias_ptr + c, mask=c_mask, other=0.0).to(tl.float32)[None, :]
     y = (x - mean[None, :]) * rstd[None, :] * scale
     if HAS_SHIFT:
         y += tl.load(shift_ptr + b * t_sb + c[None, :] * t_sc + (row * t_sh + col * t_sw).to(tl.int64)[:, None],
                      mask=mask, other=0.0).to(tl.float32)
+        if HAS_SHIFT_BIAS:
+            y += tl.load(shift_bias_ptr + c, mask=c_mask, other=0.0).to(tl.float32)[None, :]
     if ACTIVATE:
         y = tl.where(y >= 0, y, y * SLOPE)
     # channels-last: pixel-major, channels adjacent
@@ -112,8 +117,10 @@ def _modulate_kernel(
 
 
 def spade_modulate(x: Tensor, stats: tuple[Tensor, Tensor], scale: Tensor, shift: Optional[Tensor], upsample: int,
-                   negative_slope: Optional[float]) -> Tensor:
-    """``act(upsample(instance_norm(x)) * scale + shift)``, channels-last in ``x``'s dtype.
+                   negative_slope: Optional[float], scale_bias: Optional[Tensor] = None,
+                   shift_bias: Optional[Tensor] = None) -> Tensor:
+    """``act(upsample(instance_norm(x)) * (scale + scale_bias) + (shift + shift_bias))``, channels-last
+    in ``x``'s dtype.
 
     Args:
         x: (B, C, h, w), any strides.
@@ -122,20 +129,31 @@ def spade_modulate(x: Tensor, stats: tuple[Tensor, Tensor], scale: Tensor, shift
             conv output); ``shift`` None adds nothing.
         upsample: the nearest-neighbour factor between ``x`` and the output.
         negative_slope: LeakyReLU's slope, or None for no activation.
+        scale_bias, shift_bias: (C,) per-channel terms added to ``scale`` / ``shift`` as they are
+            read, or None: the bias of the conv that made them, which PyTorch would add in a pass
+            of its own over the whole output.
     """
     b, c, h, w = x.shape
     height, width = h * upsample, w * upsample
     if scale.shape != (b, c, height, width) or (shift is not None and shift.shape != scale.shape):
         raise ValueError(f"spade_modulate: scale/shift must be {(b, c, height, width)}, got {tuple(scale.shape)}"
                          f"{'' if shift is None else f' and {tuple(shift.shape)}'}")
+    for name, bias in (("scale_bias", scale_bias), ("shift_bias", shift_bias)):
+        if bias is not None and (bias.shape != (c,) or not bias.is_contiguous()):
+            raise ValueError(f"spade_modulate: {name} must be a contiguous ({c},) tensor, got {tuple(bias.shape)}")
+    if shift_bias is not None and shift is None:
+        raise ValueError("spade_modulate: shift_bias without a shift")
     out = torch.empty(b, c, height, width, device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
     mean, rstd = stats
     block_p, block_c = _MODULATE_BLOCK
+    shift_or_scale = scale if shift is None else shift  # a valid pointer where HAS_SHIFT is off
     with launch_device(x):
         _modulate_kernel[(b, triton.cdiv(height * width, block_p), triton.cdiv(c, block_c))](
-            x, mean, rstd, scale, scale if shift is None else shift, out,
-            *x.stride(), *scale.stride(), *(scale if shift is None else shift).stride(), c, height, width,
-            UP=upsample, HAS_SHIFT=shift is not None, ACTIVATE=negative_slope is not None,
+            x, mean, rstd, scale, shift_or_scale, mean if scale_bias is None else scale_bias,
+            mean if shift_bias is None else shift_bias, out,
+            *x.stride(), *scale.stride(), *shift_or_scale.stride(), c, height, width,
+            UP=upsample, HAS_SHIFT=shift is not None, HAS_SCALE_BIAS=scale_bias is not None,
+            HAS_SHIFT_BIAS=shift_bias is not None, ACTIVATE=negative_slope is not None,
             SLOPE=0.0 if negative_slope is None else negative_slope, BLOCK_P=block_p, BLOCK_C=block_c,
             num_warps=_WARPS)
     return out
