@@ -484,6 +484,12 @@ def test_a_recording_put_off_skips_its_warm_up_on_the_thread_that_ran_the_window
 
 
 @pytest.mark.gpu
+@pytest.mark.reliability(
+    area="Soak and faults",
+    case="an LMDM window graph recorded in inference mode (the motion-ahead worker) replayed under no_grad "
+         "(a later clip with fades, a motion() call), or the reverse",
+    behaviour="the replay copies its inputs in inference mode and answers as eager sampling does (the copy was "
+              "refused before and the clip failed)")
 @pytest.mark.parametrize("recorded_in, replayed_in", [("inference", "no_grad"), ("no_grad", "inference")])
 def test_a_window_recorded_in_one_grad_mode_replays_in_the_other(recorded_in, replayed_in):
     """A pipeline with ``motion_ahead`` samples its clips' motion on a worker in inference mode, where

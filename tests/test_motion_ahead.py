@@ -104,6 +104,11 @@ def _slow_rows(frames: int, pause: float, fail_after: int = -1):
     return rows
 
 
+@pytest.mark.reliability(
+    area="Soak and faults",
+    case="the motion generated ahead of the render (motion_ahead=True) under ComfyUI's cudaMallocAsync allocator",
+    behaviour="the render is marked as work beside CUDA-graph recordings: the worker's LMDM windows stay eager "
+              "while it runs, so no recording counts the render's allocations as its own ('uncaptured free' warnings)")
 def test_under_cuda_malloc_async_the_motion_worker_never_records_while_the_render_runs(pipeline, image_source,
                                                                                         monkeypatch):
     """ComfyUI's allocator counts every thread's allocations during a recording as the recording's:
