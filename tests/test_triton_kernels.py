@@ -66,12 +66,16 @@ def test_every_kernel_builds_for_ampere_and_hopper_at_dittos_shapes(capability, 
                  capability, num_warps=volume_sampling_triton._WARPS),
     ]
     strides = [f"{t}_s{d}" for t in "xst" for d in "bchw"]
-    for up, shift, activate in ((1, True, True), (2, True, True), (2, False, False)):  # the decoder's three uses
+    # The decoder's three uses (norm_1, norm_0 of an upsampling block, the shortcut), each taking the
+    # scale/shift conv's bias (the shortcut: the scale's only).
+    for up, shift, activate in ((1, True, True), (2, True, True), (2, False, False)):
         built.append(_compile(
             spade_norm_triton._modulate_kernel, dict(x_ptr=half, mean_ptr="*fp32", rstd_ptr="*fp32", scale_ptr=half,
-                                                     shift_ptr=half, out_ptr=half), [*strides, "C", "H", "W"],
-            dict(UP=up, HAS_SHIFT=shift, ACTIVATE=activate, SLOPE=0.2, BLOCK_P=spade_norm_triton._MODULATE_BLOCK[0],
-                 BLOCK_C=spade_norm_triton._MODULATE_BLOCK[1]), capability, num_warps=spade_norm_triton._WARPS))
+                                                     shift_ptr=half, scale_bias_ptr=half, shift_bias_ptr=half,
+                                                     out_ptr=half), [*strides, "C", "H", "W"],
+            dict(UP=up, HAS_SHIFT=shift, HAS_SCALE_BIAS=True, HAS_SHIFT_BIAS=shift, ACTIVATE=activate, SLOPE=0.2,
+                 BLOCK_P=spade_norm_triton._MODULATE_BLOCK[0], BLOCK_C=spade_norm_triton._MODULATE_BLOCK[1]),
+            capability, num_warps=spade_norm_triton._WARPS))
     built.append(_compile(
         spade_norm_triton._stats_kernel, dict(x_ptr=half, partial_ptr="*fp32"),
         ["stride_b", "stride_c", "stride_h", "stride_w", "C", "W", "P", "SPLIT"],
