@@ -278,11 +278,36 @@ class VideoWriter:
             return job
         if job is not None:
             job.chunks.put(None)
+            self._wait_for_the_joiner()
         job = _Job(self._job_count, self._frames_queued, queue.Queue())
         self._job_count += 1
         self._open_job = job
         self._jobs.put(job)
         return job
+
+    def _wait_for_the_joiner(self) -> None:
+        """Before a new segment: wait while ``encoders + pool size`` segments are not joined yet.
+
+        Each such segment is a scratch file (being encoded, or finished and waiting for the
+        joiner); the buffer pool bounds the segments being encoded but not the finished ones, so
+        a joiner that falls behind (a machine short of CPU) would otherwise let them pile up on
+        disk for as long as the clip lasts.
+        """
+        limit = self.encoders + self._pool_size
+        start = time.perf_counter()
+        while True:
+            with self._lock:
+                if self._job_count - self._joined < limit or self._stopping():
+                    break
+                self._segment_done.wait(_POLL_SECONDS)
+            self._check_threads()
+        self.waited_for_encoders += time.perf_counter() - start
+        self._ensure_usable()
+
+    def _check_threads(self) -> None:
+        """Raise if a worker thread is gone while the producer waits for it."""
+        if not all(thread.is_alive() for thread in self._threads):
+            raise DittoError(f"an encoder thread for {self.path} stopped unexpectedly")
 
     def _stage(self, chunk: Tensor) -> _Chunk:
         """Copy a chunk of frames into a pool buffer: yuv420p converted on the GPU for CUDA
@@ -327,8 +352,7 @@ class VideoWriter:
                 self.waited_for_encoders += time.perf_counter() - start
             except queue.Empty:
                 self._ensure_usable()
-                if not all(thread.is_alive() for thread in self._threads):
-                    raise DittoError(f"an encoder thread for {self.path} stopped unexpectedly")
+                self._check_threads()
                 continue
             if buffer.numel() != size or buffer.is_pinned() != pinned:
                 buffer = torch.empty(size, dtype=torch.uint8, pin_memory=pinned)  # replaces it: count unchanged
@@ -538,6 +562,7 @@ class VideoWriter:
                 with self._lock:
                     self._joined += 1
                     self._scratch.remove(segment.path)
+                    self._segment_done.notify_all()  # a producer may wait for the join (_wait_for_the_joiner)
                 discard(segment.path)
                 index += 1
         except BaseException as error:
