@@ -142,6 +142,24 @@ def test_injected_disk_full_names_folder_and_space(tmp_path, monkeypatch, encode
     assert_clean_then_rerun(tmp_path, target, encoders)
 
 
+@pytest.mark.reliability(area=FILES, case="the joiner fails (disk full) and exits while the producer waits for it",
+                         behaviour="the producer raises the joiner's DiskFullError, not a bare 'thread stopped'; "
+                                   "nothing is left behind")
+def test_a_thread_gone_after_a_failure_hands_over_its_error(tmp_path, monkeypatch):
+    # The producer's wait loop checks "stopping?" then, after its poll, "threads alive?": a
+    # thread failing in between is found dead first. Here it is dead before the check runs.
+    target = tmp_path / "clip.mp4"
+    inject(monkeypatch, Mp4Joiner, "_append", OSError(errno.ENOSPC, "No space left on device"), lambda *_: True)
+    writer = VideoWriter(target, width=128, height=64, fps=25, preset="ultrafast", encoders=2,
+                         segment_frames=SEGMENT, audio=(tone(1.0), 48000))
+    writer.write(watermarked(0, SEGMENT + 1))  # segment 0 ends, so the joiner takes it and fails
+    joiner = next(thread for thread in writer._threads if thread.name == "ditto-video-joiner")
+    wait_for_encoders(lambda: not joiner.is_alive())
+    with pytest.raises(DiskFullError, match="clip.mp4 needs"):
+        writer._check_threads()
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.reliability(area=FILES, case="disk full while writing the MP4, on a real 1 MiB filesystem",
                          behaviour="DiskFullError naming the folder and the space needed; the filesystem is "
                                    "left empty")

@@ -305,8 +305,11 @@ class VideoWriter:
         self._ensure_usable()
 
     def _check_threads(self) -> None:
-        """Raise if a worker thread is gone while the producer waits for it."""
+        """Raise if a worker thread is gone while the producer waits for it: the error it
+        recorded on its way out when it failed (checked after seeing it gone, since a thread can
+        fail between the producer's two checks), else a plain one."""
         if not all(thread.is_alive() for thread in self._threads):
+            self._ensure_usable()
             raise DittoError(f"an encoder thread for {self.path} stopped unexpectedly")
 
     def _stage(self, chunk: Tensor) -> _Chunk:
