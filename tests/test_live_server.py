@@ -27,6 +27,7 @@ import torch
 from ditto_core.__main__ import build_parser
 from ditto_core.errors import InputError
 from ditto_core.live import AvatarStream, LiveRuntime, StreamConfig
+from ditto_core.live.runtime import RuntimeStopped
 from ditto_core.live.server import CLOSE_CODES, Limits, LiveAvatars, _authorized, create_app, unpack_frame
 from ditto_core.motion.motion_options import MotionOptions
 from ditto_core.video.fmp4 import NAL_IDR, annexb_units
@@ -629,10 +630,11 @@ def test_streams_are_refused_while_their_runtime_warms_up_then_served(pipeline, 
             ws = await _open(session, url)
             opened = json.loads((await ws.receive(timeout=30)).data)
             await ws.close()
-            return warming, refused, code, ready, opened
+            again = avatars.warm_up_in_background("anna", MotionOptions())  # before the app's shutdown
+            return warming, refused, code, ready, opened, again
 
     try:
-        warming, refused, code, ready, opened = asyncio.run(scenario())
+        warming, refused, code, ready, opened, again = asyncio.run(scenario())
     finally:
         gate.set()
         avatars.shutdown()
@@ -641,7 +643,38 @@ def test_streams_are_refused_while_their_runtime_warms_up_then_served(pipeline, 
     assert code == CLOSE_CODES["warming_up"] == 4503
     assert ready == {"avatars": ["anna", "video", "wide"], "ready": True}
     assert opened["type"] == "ready" and calls == [False]
-    assert avatars.warm_up_in_background("anna", MotionOptions()) is None  # warm already
+    assert again is None  # warm already
+
+
+def _live_threads() -> set[threading.Thread]:
+    return {thread for thread in threading.enumerate() if thread.name.startswith(("ditto-live-motion", "ditto-live-render"))}
+
+
+@pytest.mark.reliability(area="Live streams", case="a client opens a stream, or a warm-up is asked for, after the avatars' "
+                                         "runtimes were shut down (the server stopping)",
+                         behaviour="closed with 'gone' naming the shutdown; no runtime (threads, VRAM) is started "
+                                   "again, none left running")
+def test_nothing_opens_or_warms_up_after_the_shutdown(pipeline):
+    avatars = _avatars(pipeline)
+    before = _live_threads()
+
+    async def scenario():
+        async with serving(avatars) as (session, url):
+            ws = await _open(session, url)
+            opened = json.loads((await ws.receive(timeout=30)).data)
+            await asyncio.get_running_loop().run_in_executor(None, avatars.shutdown)
+            first, _ = await _until_closed(ws)  # the open stream ends
+            ws = await _open(session, url)
+            later, _ = await _until_closed(ws)
+            return opened, first, later, ws.close_code
+
+    opened, first, later, code = asyncio.run(scenario())
+    assert opened["type"] == "ready"
+    assert first[-1]["code"] == "gone" and later[-1]["code"] == "gone" and code == CLOSE_CODES["gone"]
+    assert "shutting down" in later[-1]["message"]
+    with pytest.raises(RuntimeStopped, match="shutting down"):
+        avatars.warm_up_in_background("anna", MotionOptions())
+    assert _live_threads() <= before  # the runtime that served is stopped; none was made again
 
 
 def test_a_failed_warm_up_is_told_to_every_client_of_its_avatars(pipeline, monkeypatch):
@@ -656,13 +689,13 @@ def test_a_failed_warm_up_is_told_to_every_client_of_its_avatars(pipeline, monke
         async with serving(avatars) as (session, url):
             ws = await _open(session, url, avatar="wide")  # another avatar of the same runtime
             texts, _ = await _until_closed(ws)
+            retry = avatars.warm_up_in_background("anna", MotionOptions())  # a failed warm-up may be tried again
+            assert retry is not None
+            await asyncio.get_running_loop().run_in_executor(None, retry.join, 30)
             return texts, ws.close_code
 
     try:
         texts, code = asyncio.run(scenario())
-        retry = avatars.warm_up_in_background("anna", MotionOptions())  # a failed warm-up may be tried again
-        assert retry is not None
-        retry.join(30)
     finally:
         avatars.shutdown()
     assert code == CLOSE_CODES["internal"]

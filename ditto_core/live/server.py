@@ -153,6 +153,7 @@ class LiveAvatars:
         self._runtimes: dict[int, LiveRuntime] = {}
         self._runtime_options = runtime_options
         self._warmups: dict[int, _RuntimeWarmUp] = {}  # runtime's pipeline id -> its warm-up
+        self._shut_down = False  # after shutdown() no runtime is made again (its threads would outlive the server)
 
     def publish(self, avatar_id: str, pipeline, source: SourceInfo) -> None:
         if not isinstance(avatar_id, str) or not avatar_id or len(avatar_id) > 128:
@@ -190,6 +191,8 @@ class LiveAvatars:
             return runtime, source
 
     def _runtime_of(self, avatar_id: Any) -> tuple[LiveRuntime, SourceInfo, int]:
+        if self._shut_down:
+            raise RuntimeStopped("the live server is shutting down; reconnect once it is back")
         entry = self._avatars.get(avatar_id) if isinstance(avatar_id, str) else None
         if entry is None:
             known = ", ".join(sorted(self._avatars)) or "none are published"
@@ -243,8 +246,12 @@ class LiveAvatars:
         return withdrawn
 
     def shutdown(self) -> None:
+        """Stop every runtime (their open streams end with :class:`RuntimeStopped`); later opens
+        and warm-ups are refused with it too, instead of starting a runtime nothing would stop."""
         with self._lock:
+            self._shut_down = True
             runtimes, self._runtimes = list(self._runtimes.values()), {}
+            self._warmups.clear()
         for runtime in runtimes:
             runtime.shutdown()
 
@@ -397,6 +404,8 @@ class _Session:
             raise _Closed("warming_up", str(error)) from None
         except (WarmUpFailed, RuntimeFailed) as error:
             raise _Closed("internal", str(error)) from None
+        except RuntimeStopped as error:
+            raise _Closed("gone", str(error)) from None
         except CapacityError as error:
             raise _Closed("capacity", str(error)) from None
         except DittoError as error:
