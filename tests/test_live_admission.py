@@ -16,6 +16,7 @@ import pytest
 from ditto_core.__main__ import build_parser
 from ditto_core.live import AvatarStream, CapacityError, LiveRuntime, StreamConfig
 from ditto_core.live.admission import LOAD_WINDOW_S, MAX_LOAD, check_admission, measure_load
+from ditto_core.live.runtime import RuntimeStopped
 from ditto_core.motion.motion_options import MotionOptions
 from tests.live_support import ProjectionSampler, RecordingRenderer, light_pipeline
 from tests.test_conditions import random_source
@@ -104,6 +105,22 @@ def _runtime(pipeline, seconds_per_frame, **options):
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
     return light_pipeline(tmp_path_factory.mktemp("admission"))
+
+
+@pytest.mark.reliability(area="Live streams", case="a stream opening on a runtime that stops meanwhile (its models "
+                                                   "unloaded between the avatar lookup and the open)",
+                         behaviour="refused with the stop's reason ('gone' over WebSocket), never admitted to "
+                                   "wait for frames that no worker renders")
+def test_a_stopped_runtime_admits_no_stream(pipeline):
+    runtime = _runtime(pipeline, 0.0)
+    runtime.shutdown("the models were unloaded")
+
+    async def open_stream():
+        AvatarStream(runtime, random_source(1, is_image=True, seed=2), MotionOptions(), StreamConfig(idle=False))
+
+    with pytest.raises(RuntimeStopped, match="the models were unloaded"):
+        asyncio.run(open_stream())
+    assert runtime.active_streams == 0
 
 
 @pytest.mark.reliability(area="Live streams", case="a stream more than the device keeps in real time (below --max-streams)",

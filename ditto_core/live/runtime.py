@@ -184,6 +184,7 @@ class LiveRuntime:
         self._render_queue: deque = deque()  # (jobs, motion-stream event) or a callable
         self._render_ready = threading.Condition()
         self._stopping = False
+        self._stop_reason = ""  # shutdown()'s reason, told to streams that try to open afterwards
         self._error: Optional[BaseException] = None
         self._last_sampled = 0  # id of the last stream a round sampled: the next round starts after it
         self._deferred = False  # the last round left due windows to the next one
@@ -254,6 +255,8 @@ class LiveRuntime:
         models = self.pipeline.models
         options = self.pipeline.with_blink_table(options)
         with self._wake:
+            if self._stopping:  # its workers are gone: a stream admitted now would wait forever
+                raise RuntimeStopped(self._stop_reason)
             check_admission(len(self._streams), self.max_streams, self.load(), self.max_load, FPS)
             stream_id = self._next_id
             self._next_id += 1
@@ -401,7 +404,7 @@ class LiveRuntime:
     def shutdown(self, reason: str = "the live server is shutting down") -> None:
         """Stop the workers; streams still open get :class:`RuntimeStopped` with ``reason``."""
         with self._wake:
-            self._stopping = True
+            self._stopping, self._stop_reason = True, reason
             streams = list(self._streams.values())
             self._streams.clear()
             self._wake.notify_all()
