@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import socket
@@ -701,6 +702,23 @@ def test_a_failed_warm_up_is_told_to_every_client_of_its_avatars(pipeline, monke
     assert code == CLOSE_CODES["internal"]
     assert texts[-1]["code"] == "internal" and "warm-up failed" in texts[-1]["message"]
     assert "CUDA out of memory while recording" in texts[-1]["message"]
+
+
+def test_a_warm_up_cut_short_by_an_unload_is_logged_as_asked_for_not_as_a_fault(pipeline, monkeypatch, caplog):
+    gate = threading.Event()
+    monkeypatch.setattr(LiveRuntime, "warm_up", lambda self, source, options, several_avatars=True:
+                        self._on_render_thread(lambda: gate.wait(30)))  # the render thread busy recording
+    avatars = _avatars(pipeline)
+    with caplog.at_level(logging.INFO, logger="ditto_core.live.server"):
+        warming = avatars.warm_up_in_background("anna", MotionOptions())
+        unload = threading.Thread(target=avatars.withdraw, args=(pipeline, "the models were unloaded"))
+        unload.start()
+        warming.join(30)
+        gate.set()
+        unload.join(30)
+    told = [record for record in caplog.records if "warm-up" in record.getMessage()]
+    assert [record.levelno for record in told] == [logging.INFO], [record.getMessage() for record in told]
+    assert "the models were unloaded" in told[0].getMessage() and not warming.is_alive()
 
 
 def test_withdrawn_avatars_end_their_streams_with_the_reason_and_cannot_be_opened(pipeline):

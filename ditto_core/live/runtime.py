@@ -746,8 +746,11 @@ class LiveRuntime:
             self._render_queue.append(task)
             self._render_ready.notify_all()
         while not done.wait(timeout=0.5):
-            if self._error is not None or self._stopping:
-                raise DittoError("the live runtime stopped before its warm-up finished")
+            if self._error is not None:
+                raise RuntimeFailed(f"the live runtime stopped after an internal error ({self._error}) before its "
+                                    "warm-up finished")
+            if self._stopping:
+                raise RuntimeStopped(f"{self._stop_reason}: the runtime stopped before its warm-up finished")
         if failure:
             raise failure[0]
 

@@ -217,6 +217,9 @@ class LiveAvatars:
         def warm() -> None:
             try:
                 runtime.warm_up(source, options, several_avatars=several_avatars)
+            except RuntimeStopped as stopped:  # withdrawn or shut down meanwhile: asked for, not a fault
+                log.info("Ditto live: the warm-up for avatar %r ended early: %s", avatar_id, stopped)
+                failure = str(stopped)
             except Exception as error:  # the avatars' clients hear of it when they open
                 log.exception("Ditto live: the warm-up for avatar %r failed", avatar_id)
                 failure = f"{type(error).__name__}: {error}"
