@@ -110,7 +110,8 @@ def collect(tests_dir: Path = TESTS_DIR) -> list[Row]:
     if files:
         log = io.StringIO()
         with contextlib.redirect_stdout(log):  # pytest's own listing would bury the table
-            code = pytest.main(["--collect-only", "-qq", "-p", "no:cacheprovider",
+            # Definition order (no pytest-randomly shuffle): parametrised rows share a line and keep it.
+            code = pytest.main(["--collect-only", "-qq", "-p", "no:cacheprovider", "-p", "no:randomly",
                                 "--rootdir", str(tests_dir.parent), *files], plugins=[collector])
         if collector.errors or code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             raise MarkerError("\n".join(collector.errors) or f"pytest collection failed ({code}):\n{log.getvalue()}")
