@@ -148,6 +148,9 @@ class DittoPipeline:
         check_model_files(model_dir, detect_face)
         loading = StageTimes()
         start = time.perf_counter()
+        # A new process's CUDA context is made at the first synchronize: its own line, not the next stage's.
+        loading.record("cuda_start", start, device)
+        start = time.perf_counter()
         aux = DeferredAuxModels(model_dir, device, required=AUX_FILES if detect_face else ())
         loading.record("face_models", start, device)
         start = time.perf_counter()
