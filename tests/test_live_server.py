@@ -749,6 +749,42 @@ def test_withdrawn_avatars_end_their_streams_with_the_reason_and_cannot_be_opene
     assert refused[-1]["code"] == "unknown_avatar"
 
 
+@pytest.mark.reliability(area="Live streams", case="the runtime stops (models unloaded, server stopping) while a "
+                                                   "stream's JPEG frames are still being encoded",
+                         behaviour="the frames handed out arrive in order, then 'gone' with the reason; never an "
+                                   "abnormal close (1006) without one")
+def test_frames_in_flight_when_the_runtime_stops_arrive_before_gone(pipeline, monkeypatch):
+    from ditto_core.live import runtime as runtime_module
+
+    encode = runtime_module.encode_jpeg
+
+    def slow_encode(*args):  # the encoder threads fall behind the render: frames queue for them
+        time.sleep(0.05)
+        return encode(*args)
+
+    monkeypatch.setattr(runtime_module, "encode_jpeg", slow_encode)
+    avatars = _avatars(pipeline)
+
+    async def scenario():
+        async with serving(avatars) as (session, url):
+            ws = await _open(session, url)
+            assert json.loads((await ws.receive(timeout=10)).data)["type"] == "ready"
+            await ws.send_bytes(_pcm(3.0))
+            first = await ws.receive(timeout=30)
+            await asyncio.sleep(0.3)  # more frames rendered than encoded
+            await asyncio.get_running_loop().run_in_executor(None, avatars.withdraw, pipeline, "the models were unloaded")
+            texts, frames = await _until_closed(ws)
+            return unpack_frame(first.data)[0], texts, frames, ws.close_code
+
+    try:
+        first, texts, frames, code = asyncio.run(scenario())
+    finally:
+        avatars.shutdown()
+    assert code == CLOSE_CODES["gone"]
+    assert texts[-1] == {"type": "error", "code": "gone", "message": "the models were unloaded"}
+    assert [index for index, *_ in frames] == list(range(first + 1, first + 1 + len(frames)))
+
+
 def test_standalone_server_refuses_a_public_bind_without_a_token():
     result = subprocess.run([sys.executable, "-m", "ditto_core", "serve", "--random-weights", "--host", "0.0.0.0"],
                             cwd=REPO, capture_output=True, text=True, timeout=120)

@@ -414,7 +414,10 @@ class LiveRuntime:
             state.deliver(RuntimeStopped(reason))
         for thread in self._threads:
             thread.join(timeout=10)
-        self._encoders.shutdown(wait=False, cancel_futures=True)
+        # Frames already handed out are encoded, not cancelled: a stream's client awaits them in
+        # order before the RuntimeStopped behind them, and a cancelled one would end its
+        # iteration with a bare CancelledError (an abnormal close, the reason never told).
+        self._encoders.shutdown(wait=False)
 
     def _notify(self) -> None:
         with self._wake:
