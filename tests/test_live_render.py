@@ -95,3 +95,17 @@ def test_a_rounds_frames_reach_the_host_per_job_in_order_whatever_their_sizes():
     assert [tuple(t.shape) for t in host] == [tuple(t.shape) for t in frames]
     assert all(torch.equal(got, want) for got, want in zip(host, frames))
     assert to_host([]) == []
+
+
+def test_jpeg_frames_keep_the_colour_order():
+    from ditto_core.live.output_frames import LiveFrame, encode_jpeg
+
+    image = torch.zeros(48, 96, 3, dtype=torch.uint8)
+    image[:, :32, 0] = 220  # red | green | blue, side by side
+    image[:, 32:64, 1] = 200
+    image[:, 64:, 2] = 180
+    frame = encode_jpeg(LiveFrame(index=0, pts=0.0, audio=torch.zeros(640, dtype=torch.int16)), image, 95)
+    decoded = cv2.cvtColor(cv2.imdecode(np.frombuffer(frame.packet, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    for part, channel, level in ((slice(4, 28), 0, 220), (slice(36, 60), 1, 200), (slice(68, 92), 2, 180)):
+        mean = decoded[8:40, part].reshape(-1, 3).mean(axis=0)
+        assert abs(mean[channel] - level) < 6 and np.delete(mean, channel).max() < 6, (channel, mean)
