@@ -137,3 +137,42 @@ def test_a_streams_frames_do_not_depend_on_the_streams_beside_it(live_uncompiled
     # 13's live_probe.py); a race breaks whole frames.
     assert worst <= 2 and mean <= 0.25
     assert any(int((a.int() - b.int()).abs().max()) > 0 for a, b in zip(first, others[0]))  # speech does matter
+
+
+def test_h264_streams_get_the_rgb_streams_frames_through_the_device_conversion(live_uncompiled):
+    """An H.264 stream's frames are converted to yuv420p on the GPU by the render thread; decoded
+    as the stream's BT.709 tags say, they are the frames an RGB stream of the same speech gets."""
+    import av
+    from av.video.reformatter import ColorRange, Colorspace
+
+    runtime, source = live_uncompiled
+    speech = _speech(2.0, seed=5)
+
+    async def frames(output):
+        config = StreamConfig(output=output, max_size=256, idle=False)
+        async with AvatarStream(runtime, source, UNCOMPILED, config) as stream:
+            stream.push_audio(speech, 16000)
+            stream.end()
+            return [frame async for frame in stream]
+
+    async def run():
+        return await asyncio.gather(frames("rgb"), frames("h264"))
+
+    rgb, h264 = asyncio.run(run())
+    decoder = av.CodecContext.create("h264", "r")
+    pictures = [p for frame in h264 for p in decoder.decode(av.Packet(frame.packet))] + decoder.decode(None)
+    assert len(pictures) == len(rgb) == len(h264) > 40
+    assert (pictures[0].colorspace, pictures[0].color_range) == (Colorspace.ITU709.value, ColorRange.MPEG.value)
+    height, width = pictures[0].height, pictures[0].width  # an H.264 stream's sides are even
+    reference = np.stack([f.image[:height, :width].numpy() for f in rgb]).astype(np.float64)
+    found = {}
+    for matrix in (Colorspace.ITU709, Colorspace.ITU601):
+        decoded = np.stack([p.reformat(format="rgb24", src_colorspace=matrix, src_color_range=ColorRange.MPEG)
+                            .to_ndarray() for p in pictures]).astype(np.float64)
+        # x264's loss on random networks' noise is large per pixel but averages out per channel; a
+        # frame laid out or ordered wrongly would not, and the wrong matrix shifts the channels.
+        found[matrix] = (np.abs(decoded - reference).mean(),
+                         np.abs(decoded.mean(axis=(0, 1, 2)) - reference.mean(axis=(0, 1, 2))).max())
+    print(f"h264 against rgb frames (mean abs error, largest channel bias): {found}")
+    (error, bias), (error_601, bias_601) = found[Colorspace.ITU709], found[Colorspace.ITU601]
+    assert bias < 3 and bias < bias_601 and error < error_601

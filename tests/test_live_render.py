@@ -20,6 +20,7 @@ from ditto_core.pipeline import DittoPipeline
 from ditto_core.registration.options import RegistrationOptions
 from ditto_core.render.putback import paste_back
 from ditto_core.render.warp_decode import WarpDecodeEngine
+from ditto_core.video.colour import rgb_to_yuv420p
 from tests.test_nodes_execution import TinyDecoder, TinyWarp
 
 
@@ -36,7 +37,10 @@ class _Keeping(EngineRenderer):
         return out
 
 
-def test_live_frames_are_the_offline_renders_of_the_streamed_motion(tmp_path):
+@pytest.mark.parametrize("output", ["jpeg", "h264"])
+def test_live_frames_are_the_offline_renders_of_the_streamed_motion(tmp_path, output):
+    """JPEG streams get the renders as RGB; H.264 streams as yuv420p converted on the device, the
+    conversion the offline writer makes (decoding them is tests below and in test_live_server)."""
     pipeline = DittoPipeline.random(tmp_path, device="cpu", compile=False)
     pipeline.models = replace(pipeline.models, warp_network=TinyWarp().eval(), decoder=TinyDecoder().eval())
     portrait = np.zeros((200, 160, 3), np.uint8)
@@ -46,7 +50,7 @@ def test_live_frames_are_the_offline_renders_of_the_streamed_motion(tmp_path):
     runtime = LiveRuntime(pipeline, max_streams=1, renderer=renderer)
 
     async def run():
-        config = StreamConfig(output="jpeg", max_size=100, idle=False)
+        config = StreamConfig(output=output, max_size=100, idle=False)
         async with AvatarStream(runtime, source, MotionOptions(steps=2), config) as stream:
             stream.end()  # no speech at all: the schedule's two windows still make 10 frames
             return [f async for f in stream]
@@ -54,8 +58,15 @@ def test_live_frames_are_the_offline_renders_of_the_streamed_motion(tmp_path):
     frames = asyncio.run(run())
     runtime.shutdown()
     assert [f.index for f in frames] == list(range(10))
-    decoded = [cv2.imdecode(np.frombuffer(f.packet, np.uint8), cv2.IMREAD_COLOR) for f in frames]
-    assert all(d.shape == (100, 80, 3) for d in decoded)
+    if output == "jpeg":
+        decoded = [cv2.imdecode(np.frombuffer(f.packet, np.uint8), cv2.IMREAD_COLOR) for f in frames]
+    else:
+        import av
+
+        decoder = av.CodecContext.create("h264", "r")
+        pictures = [p for f in frames for p in decoder.decode(av.Packet(f.packet))] + decoder.decode(None)
+        decoded = [p.to_ndarray(format="rgb24") for p in pictures]
+    assert len(decoded) == 10 and all(d.shape == (100, 80, 3) for d in decoded)
     assert np.std(np.stack(decoded).astype(np.float32)) > 1  # real renders, not a constant
 
     (motion, live_frames), = renderer.kept
@@ -66,7 +77,9 @@ def test_live_frames_are_the_offline_renders_of_the_streamed_motion(tmp_path):
     offline = paste_back(source.frames, renders, source.M_c2o, source_index=motion.source_index[pick])
     scaled = torch.nn.functional.interpolate(offline.permute(0, 3, 1, 2).float(), size=(100, 80), mode="bilinear",
                                              antialias=True, align_corners=False)
-    expected = scaled.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+    expected = scaled.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+    if output == "h264":
+        expected = rgb_to_yuv420p(expected)
     assert torch.equal(live_frames[pick], expected)
 
 
@@ -109,3 +122,35 @@ def test_jpeg_frames_keep_the_colour_order():
     for part, channel, level in ((slice(4, 28), 0, 220), (slice(36, 60), 1, 200), (slice(68, 92), 2, 180)):
         mean = decoded[8:40, part].reshape(-1, 3).mean(axis=0)
         assert abs(mean[channel] - level) < 6 and np.delete(mean, channel).max() < 6, (channel, mean)
+
+
+@pytest.mark.parametrize("given", ["rgb", "yuv420p"])
+def test_h264_frames_are_tagged_bt709_and_decode_to_their_colours(given):
+    """The render thread hands H.264 streams yuv420p made on the device; RGB (a renderer of its
+    own) is converted on the encoder's thread with the same arithmetic. Either way the stream says
+    BT.709 limited range, and a decoder that reads it gets the colours back."""
+    import av
+    from av.video.reformatter import ColorRange, Colorspace
+
+    from ditto_core.live.output_frames import H264Encoder, LiveFrame
+    from ditto_core.video.colour import rgb_to_yuv420p
+
+    colours = torch.tensor([[230, 40, 30], [40, 200, 60], [30, 60, 220], [240, 200, 40]], dtype=torch.uint8)
+    image = colours.repeat_interleave(32, dim=0)[None].expand(64, 128, 3).contiguous()  # four upright colour bars
+    pixels = image if given == "rgb" else rgb_to_yuv420p(image[None], backend="torch")[0]
+    encoder = H264Encoder(64, 128)
+    try:
+        packets = [encoder.submit(LiveFrame(index=i, pts=i / 25, audio=torch.zeros(640, dtype=torch.int16)),
+                                  pixels, 0).result(30).packet for i in range(3)]
+    finally:
+        encoder.close()
+    decoder = av.CodecContext.create("h264", "r")
+    pictures = [p for packet in packets for p in decoder.decode(av.Packet(packet))] + decoder.decode(None)
+    picture = pictures[-1]
+    assert (picture.colorspace, picture.color_range) == (Colorspace.ITU709.value, ColorRange.MPEG.value)
+    errors = {}
+    for matrix in (Colorspace.ITU709, Colorspace.ITU601):
+        rgb = picture.reformat(format="rgb24", src_colorspace=matrix, src_color_range=ColorRange.MPEG).to_ndarray()
+        bars = rgb[8:56].reshape(48, 4, 32, 3)[:, :, 6:26].mean(axis=(0, 2))  # each bar's interior
+        errors[matrix] = np.abs(bars - colours.numpy()).max()
+    assert errors[Colorspace.ITU709] <= 4 < 10 < errors[Colorspace.ITU601], errors

@@ -7,8 +7,9 @@ from torch import Tensor
 from ..registration.source_info import SourceInfo
 from ..render.putback import paste_back
 from ..render.warp_decode import WarpDecodeEngine
+from ..video.colour import rgb_to_yuv420p
 from .output_frames import scaled, to_host
-from .stream_state import RenderJob
+from .stream_state import H264_OUTPUTS, RenderJob
 
 BATCH_LADDER = (5, 10, 20, 40)
 """Compiled warp+decode batch sizes: a round's frames go through the smallest that holds them."""
@@ -77,5 +78,8 @@ class EngineRenderer:
             frames = paste_back(source.frames, renders[start : start + k], source.M_c2o,
                                 source_index=job.motion.source_index)
             start += k
-            out.append(scaled(frames, job.stream.config.frame_size(*source.frames.shape[1:3])))
+            frames = scaled(frames, job.stream.frame_size)
+            if job.stream.config.output in H264_OUTPUTS:  # half the bytes to the host, no swscale there
+                frames = rgb_to_yuv420p(frames)
+            out.append(frames)
         return to_host(out)

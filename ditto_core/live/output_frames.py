@@ -1,9 +1,10 @@
 """What a live stream's client receives: rendered frames sized, copied to the host and encoded.
 
-The render thread scales each stream's frames on the device (:func:`scaled`), brings a round's
-frames to the host in one transfer per frame size (:func:`to_host`) and hands each frame to an
-encoder: JPEG on a shared pool (:func:`encode_jpeg`), H.264 on one thread per stream
-(:class:`H264Encoder`, frames in order; Annex-B access units or fragmented MP4).
+The render thread scales each stream's frames on the device (:func:`scaled`), converts an H.264
+stream's to yuv420p there too (``video.colour.rgb_to_yuv420p``), brings a round's frames to the
+host in one transfer per frame shape (:func:`to_host`) and hands each frame to an encoder: JPEG
+on a shared pool (:func:`encode_jpeg`), H.264 on one thread per stream (:class:`H264Encoder`,
+frames in order; Annex-B access units or fragmented MP4).
 """
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Optional
 
+import av
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from ..audio.audio_features import FPS
 from ..errors import DittoError
+from ..video.colour import tag_bt709
+from ..video.encoder import rgb_picture, yuv420p_picture
 from ..video.fmp4 import FragmentedMP4
 
 
@@ -60,13 +64,12 @@ class H264Encoder:
     """
 
     def __init__(self, height: int, width: int, fragmented: bool = False) -> None:
-        import av
-
-        self._av = av
         # fragmented: each frame's bytes are an MP4 fragment (the first after the init segment)
         self._mp4 = FragmentedMP4(width, height, FPS) if fragmented else None
         self._codec = av.CodecContext.create("libx264", "w")
         self._codec.width, self._codec.height, self._codec.pix_fmt = width, height, "yuv420p"
+        tag_bt709(self._codec)  # as the pictures are converted, and as the MP4s are: the decoder is told
+        self._reformatter = av.video.reformatter.VideoReformatter()  # RGB pictures, on this encoder's thread
         self._codec.time_base = Fraction(1, FPS)
         # forced-idr: a picture marked I restarts the stream (IDR) rather than being a plain I picture.
         self._codec.options = {"preset": "ultrafast", "tune": "zerolatency", "g": str(2 * FPS), "forced-idr": "1"}
@@ -84,10 +87,12 @@ class H264Encoder:
             return self._thread.submit(self._encode, frame, image, keyframe)
 
     def _encode(self, frame: LiveFrame, image: Tensor, keyframe: bool) -> LiveFrame:
-        picture = self._av.VideoFrame.from_ndarray(image.numpy(), format="rgb24").reformat(format="yuv420p")
+        """``image``: (H * 3 // 2, W) packed yuv420p (converted on the device) or (H, W, 3) RGB."""
+        pixels = image.numpy()
+        picture = yuv420p_picture(pixels) if pixels.ndim == 2 else rgb_picture(self._reformatter, pixels)
         picture.pts = frame.index
         if keyframe:
-            picture.pict_type = self._av.video.frame.PictureType.I
+            picture.pict_type = av.video.frame.PictureType.I
         frame.packet = b"".join(bytes(packet) for packet in self._codec.encode(picture))
         if self._mp4 is not None:
             frame.packet = self._mp4.fragment(frame.packet, frame.index)
@@ -108,7 +113,7 @@ def output_size(height: int, width: int, max_size: Optional[int]) -> tuple[int, 
 
 
 def to_host(frames: list[Tensor]) -> list[Tensor]:
-    """Each job's (k, H, W, 3) frames on the host, copied by one transfer per frame size: the render
+    """Each job's frames on the host, copied by one transfer per frame shape: the render
     thread waits for the device once a round, not once a job (with a wait per job the GPU idles
     between jobs while the thread gets its turn for the GIL back)."""
     out: list[Optional[Tensor]] = [None] * len(frames)

@@ -103,7 +103,9 @@ class RoundTiming:
 
 
 class FrameRenderer(Protocol):
-    """Renders a round's jobs: returns, per job with motion, (k, H, W, 3) uint8 frames on the host."""
+    """Renders a round's jobs: returns, per job with motion, its k frames on the host, uint8:
+    (k, H, W, 3) RGB, or for an H.264 stream (k, H * 3 // 2, W) packed yuv420p (BT.709, limited
+    range, as :func:`~ditto_core.video.colour.rgb_to_yuv420p` makes it on the device)."""
 
     def render(self, jobs: list[RenderJob]) -> list[Tensor]: ...
 
@@ -792,7 +794,7 @@ class LiveRuntime:
             return
         if state.config.output in H264_OUTPUTS:
             if state.video_encoder is None:
-                state.video_encoder = H264Encoder(*image.shape[:2], fragmented=state.config.output == "fmp4")
+                state.video_encoder = H264Encoder(*state.frame_size, fragmented=state.config.output == "fmp4")
                 if state.closed:  # closed while it was made: close_state did not see it
                     state.video_encoder.close()
             future = state.video_encoder.submit(frame, image, job.epoch)

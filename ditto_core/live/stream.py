@@ -92,7 +92,7 @@ class AvatarStream:
     @property
     def frame_size(self) -> tuple[int, int]:
         """(height, width) of the output frames."""
-        return self._state.config.frame_size(*self._state.source.frames.shape[1:3])
+        return self._state.frame_size
 
     def _deliver(self, item: object) -> None:
         """Worker threads hand over frames (or the end / an error) here."""

@@ -106,5 +106,10 @@ class StreamState:
     silence_windows: int = 0
     video_encoder: Optional[H264Encoder] = None  # H.264 outputs: one encoder per stream, frames in order
 
+    @property
+    def frame_size(self) -> tuple[int, int]:
+        """(H, W) of this stream's output frames."""
+        return self.config.frame_size(*self.source.frames.shape[1:3])
+
     def buffered_seconds(self) -> float:
         return (self.pending_samples + max(0, self.audio.received - self.audio.windows_done * self.audio.hop)) / SAMPLE_RATE

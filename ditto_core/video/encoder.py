@@ -179,20 +179,11 @@ class SegmentEncoder:
 
         The caller may overwrite ``packed`` once this returns (x264 has copied every picture).
         """
-        self._encode(_yuv420p_frame(image) for image in packed)
+        self._encode(yuv420p_picture(image) for image in packed)
 
     def write_rgb(self, frames: np.ndarray) -> None:
         """Encode (n, H', W', 3) uint8 RGB frames of the padded size, converted by swscale."""
-        height, width = self.settings.padded
-        interpolation = av.video.reformatter.Interpolation.AREA  # swscale's filter matching rgb_to_yuv420p
-        self._encode(
-            self._reformatter.reformat(
-                _wrapped_frame(np.ascontiguousarray(image), "rgb24"), width, height, "yuv420p",
-                dst_colorspace=av.video.reformatter.Colorspace.ITU709,
-                dst_color_range=av.video.reformatter.ColorRange.MPEG, interpolation=interpolation,
-            )
-            for image in frames
-        )
+        self._encode(rgb_picture(self._reformatter, image) for image in frames)
 
     def _encode(self, frames: Iterable[av.VideoFrame]) -> None:
         if self._closed:
@@ -275,7 +266,19 @@ def _wrapped_frame(image: np.ndarray, pixel_format: str) -> av.VideoFrame:
     return av.VideoFrame.from_numpy_buffer(image, format=pixel_format)
 
 
-def _yuv420p_frame(image: np.ndarray) -> av.VideoFrame:
+def rgb_picture(reformatter: av.video.reformatter.VideoReformatter, image: np.ndarray) -> av.VideoFrame:
+    """One (H, W, 3) uint8 RGB picture with even sides as a yuv420p frame, converted by swscale
+    with :func:`~.colour.rgb_to_yuv420p`'s arithmetic (BT.709, limited range, 2x2 area chroma)."""
+    height, width = image.shape[:2]
+    return reformatter.reformat(
+        _wrapped_frame(np.ascontiguousarray(image), "rgb24"), width, height, "yuv420p",
+        dst_colorspace=av.video.reformatter.Colorspace.ITU709,
+        dst_color_range=av.video.reformatter.ColorRange.MPEG,
+        interpolation=av.video.reformatter.Interpolation.AREA,  # swscale's filter matching rgb_to_yuv420p
+    )
+
+
+def yuv420p_picture(image: np.ndarray) -> av.VideoFrame:
     """A frame for one packed (H * 3 // 2, W) yuv420p picture; wrapped where PyAV can."""
     # PyAV derives the luma height of a wrapped yuv420p buffer as rows // 6 * 4, exact only
     # when H is a multiple of 4; other heights take the copying constructor.
