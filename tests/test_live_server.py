@@ -89,6 +89,13 @@ async def _open(session, url, **fields):
     return ws
 
 
+async def _open_ready(session, url, timeout=30.0, **fields):
+    """:func:`_open`, then the server's "ready": a stream being served."""
+    ws = await _open(session, url, **fields)
+    assert json.loads((await ws.receive(timeout=timeout)).data)["type"] == "ready"
+    return ws
+
+
 async def _until_closed(ws, timeout=30.0):
     """Every message up to the close: (texts as dicts, frames as tuples)."""
     texts, frames = [], []
@@ -386,8 +393,7 @@ def test_streams_beyond_capacity_are_refused_and_the_others_keep_going(pipeline)
 
     async def run():
         async with serving(avatars) as (session, url):
-            first = await _open(session, url)
-            assert json.loads((await first.receive(timeout=30)).data)["type"] == "ready"
+            first = await _open_ready(session, url)
             second = await _open(session, url)
             refused = await _until_closed(second), second.close_code
             await first.send_bytes(_pcm(0.5))
@@ -466,8 +472,7 @@ def test_client_that_stops_reading_is_closed_and_freed(pipeline):
 
     async def run():
         async with serving(avatars, limits=Limits(stall_timeout_s=0.5)) as (session, url):
-            ws = await _open(session, url, avatar="wide")  # large frames fill the socket's buffers quickly
-            assert json.loads((await ws.receive(timeout=30)).data)["type"] == "ready"
+            ws = await _open_ready(session, url, avatar="wide")  # large frames fill the socket's buffers quickly
             for _ in range(8):
                 await ws.send_bytes(_pcm(1.0))
             runtime = next(iter(avatars._runtimes.values()))
@@ -494,8 +499,7 @@ def test_a_stream_without_speech_is_closed_and_its_place_freed(pipeline):
 
     async def run():
         async with serving(avatars, limits=Limits(silent_timeout_s=0.6)) as (session, url):
-            ws = await _open(session, url)
-            assert json.loads((await ws.receive(timeout=30)).data)["type"] == "ready"
+            ws = await _open_ready(session, url)
             runtime = next(iter(avatars._runtimes.values()))
             reading = asyncio.ensure_future(_until_closed(ws))
             for _ in range(8):  # 1.6 s of speech in pieces, longer than the timeout: it stays open
@@ -518,8 +522,7 @@ def test_a_stream_that_ended_is_not_cut_by_the_silent_timeout(pipeline):
 
     async def run():
         async with serving(avatars, limits=Limits(silent_timeout_s=0.3)) as (session, url):
-            ws = await _open(session, url)
-            assert json.loads((await ws.receive(timeout=30)).data)["type"] == "ready"
+            ws = await _open_ready(session, url)
             await ws.send_bytes(_pcm(2.0))
             await ws.send_str(json.dumps({"type": "end"}))
             return await _until_closed(ws), ws.close_code
@@ -551,8 +554,7 @@ def test_disconnect_mid_stream_frees_everything(pipeline):
 
     async def run():
         async with serving(avatars) as (session, url):
-            ws = await _open(session, url)
-            assert json.loads((await ws.receive(timeout=30)).data)["type"] == "ready"
+            ws = await _open_ready(session, url)
             await ws.send_bytes(_pcm(3.0))
             await ws.receive(timeout=30)  # a frame is out: the stream is busy
             await ws.close()
@@ -726,8 +728,7 @@ def test_withdrawn_avatars_end_their_streams_with_the_reason_and_cannot_be_opene
 
     async def scenario():
         async with serving(avatars) as (session, url):
-            ws = await _open(session, url)
-            assert json.loads((await ws.receive(timeout=10)).data)["type"] == "ready"
+            ws = await _open_ready(session, url, timeout=10)
             await ws.send_bytes(_pcm(1.0))
             withdrawn = await asyncio.get_running_loop().run_in_executor(
                 None, avatars.withdraw, pipeline, "the avatar's models were unloaded")
@@ -767,8 +768,7 @@ def test_frames_in_flight_when_the_runtime_stops_arrive_before_gone(pipeline, mo
 
     async def scenario():
         async with serving(avatars) as (session, url):
-            ws = await _open(session, url)
-            assert json.loads((await ws.receive(timeout=10)).data)["type"] == "ready"
+            ws = await _open_ready(session, url, timeout=10)
             await ws.send_bytes(_pcm(3.0))
             first = await ws.receive(timeout=30)
             await asyncio.sleep(0.3)  # more frames rendered than encoded
