@@ -335,8 +335,11 @@ def main() -> None:
             "hubert": str(args.hubert or "stand-in"), "hubert_provider": runtime.hubert.execution_provider,
             "output": args.output, "frame_size": list(config.frame_size(*source.frames.shape[1:3])),
             "setup_s": round(loaded - setup, 1), "warm_up_s": round(time.monotonic() - loaded, 1),
+            # What the warm-up measured of each render batch size, and how a round is split by it.
+            "render_batch_ms": {size: round(1000 * t, 2) for size, t in (getattr(runtime.renderer, "batch_costs",
+                                                                               None) or {}).items()},
         }
-        print({k: result[k] for k in ("setup_s", "warm_up_s", "hubert_provider")}, flush=True)
+        print({k: result[k] for k in ("setup_s", "warm_up_s", "hubert_provider", "render_batch_ms")}, flush=True)
         parts = {
             "first_frame": lambda: first_frame(runtime, source, options, config),
             "one_stream": lambda: one_stream(runtime, source, options, config, 4 * args.seconds / 3),

@@ -95,6 +95,17 @@ def test_a_compiled_stream_delivers_its_first_frame_and_then_every_frame(live):
     assert 0 < stats["first_frame_latency_s"] and 0 < stats["chunk_latency_p50_s"] <= stats["chunk_latency_p95_s"]
 
 
+def test_the_warm_up_measures_each_compiled_batch_size_for_the_rounds_plan(live, live_uncompiled):
+    renderer = live[0].renderer
+    costs = renderer.batch_costs
+    print("batch costs (ms):", {size: round(1000 * s, 2) for size, s in costs.items()},
+          "a 25-frame round:", renderer.batches(25))
+    assert sorted(costs) == list(renderer.ladder) and all(s > 0 for s in costs.values())
+    assert costs[max(costs)] > costs[min(costs)]  # a full batch is more work than the smallest
+    assert sum(renderer.batches(25)) < 40  # not padded to the largest batch, as it was
+    assert live_uncompiled[0].renderer.batch_costs is None  # eager batches hold what they are given
+
+
 def test_twelve_streams_at_once_each_get_every_frame(live):
     runtime, source = live
 

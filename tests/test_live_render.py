@@ -6,7 +6,9 @@ under test is the runtime's batching, put-back and scaling against the offline p
 from __future__ import annotations
 
 import asyncio
+import itertools
 from dataclasses import replace
+from types import SimpleNamespace
 
 import cv2
 import numpy as np
@@ -14,7 +16,7 @@ import pytest
 import torch
 
 from ditto_core.live import AvatarStream, LiveRuntime, StreamConfig
-from ditto_core.live.engine_renderer import EngineRenderer
+from ditto_core.live.engine_renderer import EngineRenderer, cheapest_batches
 from ditto_core.motion.motion_options import MotionOptions
 from ditto_core.pipeline import DittoPipeline
 from ditto_core.registration.options import RegistrationOptions
@@ -97,6 +99,79 @@ def test_renderer_warm_up_compiles_the_forms_asked_for(tmp_path, per_frame):
     renderer.warm_up(source, per_frame_volumes=per_frame)
     once = [(1, 1), (1, 1), (2, 1), (2, 2)] if per_frame else [(1, 1), (2, 1)]
     assert forms == [call for call in once for _ in range(2)]
+
+
+# Seconds a batch of each ladder size, as an H200 might take them: a frame costs more in small batches.
+COSTS = {5: 0.0140, 10: 0.0260, 20: 0.0500, 40: 0.0980}
+
+
+@pytest.mark.parametrize("frames, plan", [(5, [5]), (3, [5]), (20, [20]), (25, [20, 5]), (30, [20, 10]),
+                                          (35, [20, 10, 5]), (40, [40]), (45, [40, 5]), (80, [40, 40])])
+def test_a_round_is_split_among_the_ladder_where_padding_costs_more(frames, plan):
+    assert cheapest_batches(frames, COSTS) == plan
+
+
+def test_padding_is_kept_where_the_larger_batch_is_cheaper():
+    # A device whose small batches cost nearly as much as large ones (launch-bound): pad.
+    assert cheapest_batches(25, {5: 0.010, 40: 0.012}) == [40]
+    # Measured noise can make a 5-frame batch as slow as a 10-frame one: the last batch is padded.
+    assert cheapest_batches(25, {5: 0.011, 10: 0.010, 40: 0.050}) == [10, 10, 10]
+
+
+def test_the_plan_is_the_cheapest_of_every_multiset_of_batches_that_covers_the_round():
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        sizes = sorted(rng.choice([1, 2, 3, 5, 8, 10, 16, 20, 40], size=rng.integers(1, 5), replace=False).tolist())
+        costs = {s: float(rng.uniform(0.2, 1.0) * s ** rng.uniform(0.3, 1.0)) for s in sizes}
+        frames = int(rng.integers(1, 30))
+        plan = cheapest_batches(frames, costs)
+        assert sum(plan) >= frames > sum(plan) - min(plan) and plan == sorted(plan, reverse=True)
+        best = min(sum(costs[s] for s in combo) for n in range(1, frames + 1)
+                   for combo in itertools.combinations_with_replacement(sizes, n) if sum(combo) >= frames)
+        assert sum(costs[s] for s in plan) == pytest.approx(best)
+
+
+def test_a_plan_needs_frames_and_sizes():
+    with pytest.raises(ValueError):
+        cheapest_batches(0, COSTS)
+    with pytest.raises(ValueError):
+        cheapest_batches(5, {})
+
+
+def test_a_round_renders_in_the_planned_batches_with_the_frames_of_one_batch(tmp_path):
+    """Measured costs (as a CUDA warm-up sets them) split a 25-frame round into 20 + 5 frames
+    instead of padding it to the 40-frame batch; each job gets the same frames either way."""
+    pipeline = DittoPipeline.random(tmp_path, device="cpu", compile=False)
+    pipeline.models = replace(pipeline.models, warp_network=TinyWarp().eval(), decoder=TinyDecoder().eval())
+    portrait = np.zeros((96, 80, 3), np.uint8)
+    cv2.circle(portrait, (40, 48), 30, (200, 170, 150), -1)
+    source = pipeline.register(portrait, RegistrationOptions(detect_face=False), is_image=True)
+    stream = SimpleNamespace(source=source, frame_size=(96, 80), config=SimpleNamespace(output="rgb"))
+    generator = torch.Generator().manual_seed(0)
+    jobs = []
+    for _ in range(5):  # five streams' windows of 5 frames, as a round brings them
+        kp = source.motion.kp[:1].reshape(1, -1, 3).float()
+        kp_driving = kp + 0.05 * torch.randn(5, *kp.shape[1:], generator=generator)
+        motion = SimpleNamespace(kp_source=kp.expand(5, -1, -1), kp_driving=kp_driving,
+                                 source_index=torch.zeros(5, dtype=torch.int64))
+        jobs.append(SimpleNamespace(stream=stream, motion=motion))
+
+    def rendered(costs):
+        renderer = EngineRenderer(pipeline.models, compile=False)
+        renderer.batch_costs = costs
+        sizes = []
+        for size in renderer.ladder:
+            engine = renderer.engine(size)
+            engine.render_batch = lambda *args, engine=engine, size=size: (
+                sizes.append((size, args[2].shape[0])), type(engine).render_batch(engine, *args))[1]
+        return renderer.render(jobs), sizes
+
+    planned, planned_sizes = rendered(COSTS)
+    padded, padded_sizes = rendered(None)
+    assert planned_sizes == [(20, 20), (5, 5)] and padded_sizes == [(40, 25)]
+    assert [tuple(f.shape) for f in planned] == [(5, 96, 80, 3)] * 5
+    assert all(torch.equal(a, b) for a, b in zip(planned, padded))
+    assert len({f.float().std().item() for f in planned}) == 5  # each job its own frames
 
 
 def test_a_rounds_frames_reach_the_host_per_job_in_order_whatever_their_sizes():

@@ -1,6 +1,10 @@
 """Warp+decode of a live round's frames: batches that mix streams, through a ladder of engines."""
 from __future__ import annotations
 
+import statistics
+import time
+from typing import Mapping, Optional
+
 import torch
 from torch import Tensor
 
@@ -12,7 +16,32 @@ from .output_frames import scaled, to_host
 from .stream_state import H264_OUTPUTS, RenderJob
 
 BATCH_LADDER = (5, 10, 20, 40)
-"""Compiled warp+decode batch sizes: a round's frames go through the smallest that holds them."""
+"""Compiled warp+decode batch sizes; a round's frames are split among them (:func:`cheapest_batches`)."""
+
+_TIMED_REPLAYS = 3  # per ladder size at the warm-up; the median is the size's cost
+
+
+def cheapest_batches(frames: int, costs: Mapping[int, float]) -> list[int]:
+    """The engine sizes, largest first, whose batches render ``frames`` frames in the least time.
+
+    ``costs`` holds each size's time for one batch. A compiled batch costs its whole size
+    whatever it holds (a CUDA graph has one static shape), so 25 frames on the 40-frame graph
+    pay for 40, where a 20-frame batch and a 5-frame one pay for 25 at a slightly higher cost a
+    frame. The last batch may hold fewer frames than its size where that is still cheaper.
+    """
+    if frames < 1 or not costs:
+        raise ValueError(f"cheapest_batches: need frames >= 1 and at least one size, got {frames}, {dict(costs)}")
+    sizes = sorted(costs, reverse=True)
+    best, choice = [0.0] * (frames + 1), [0] * (frames + 1)
+    for left in range(1, frames + 1):
+        # Ties go to the larger size (listed first): fewer batches for the same time.
+        best[left], choice[left] = min((costs[s] + best[max(0, left - s)], -s) for s in sizes)
+        choice[left] = -choice[left]
+    plan, left = [], frames
+    while left > 0:
+        plan.append(choice[left])
+        left -= choice[left]
+    return sorted(plan, reverse=True)
 
 
 class EngineRenderer:
@@ -23,6 +52,9 @@ class EngineRenderer:
         self.compile = compile
         self.ladder = tuple(sorted(batch_ladder))
         self._engines: dict[int, WarpDecodeEngine] = {}
+        # Seconds a batch of each ladder size takes, measured at the warm-up of compiled engines
+        # on CUDA; None: each batch goes through the smallest size that holds the frames left.
+        self.batch_costs: Optional[dict[int, float]] = None
 
     def engine(self, frames: int) -> WarpDecodeEngine:
         """The engine for a batch of ``frames``: the smallest compiled size that holds them."""
@@ -51,6 +83,29 @@ class EngineRenderer:
                     # recorded at its second, which must happen here, not while streams are served.
                     for _ in range(2):
                         engine.render_batch(volumes, kp_batch, kp_batch)
+            if self.compile and self.models.device.type == "cuda":
+                self.batch_costs = {size: self._timed(size, source.f_s[:1], kp) for size in self.ladder}
+
+    def _timed(self, size: int, volume: Tensor, kp: Tensor) -> float:
+        """Median seconds of one batch of ``size`` on its (recorded) engine, alone on the device."""
+        engine, kp_batch, times = self.engine(size), kp.expand(size, -1, -1), []
+        for _ in range(_TIMED_REPLAYS):
+            torch.cuda.synchronize(self.models.device)
+            start = time.perf_counter()
+            engine.render_batch(volume, kp_batch, kp_batch)
+            torch.cuda.synchronize(self.models.device)
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    def batches(self, frames: int) -> list[int]:
+        """The ladder sizes a round of ``frames`` frames is rendered in, in order."""
+        if self.batch_costs is not None:
+            return cheapest_batches(frames, self.batch_costs)
+        plan = []
+        while frames > 0:
+            plan.append(self.engine(frames).batch_size)
+            frames -= plan[-1]
+        return plan
 
     def render(self, jobs: list[RenderJob]) -> list[Tensor]:
         f_s, kp_s, kp_d = [], [], []
@@ -65,11 +120,10 @@ class EngineRenderer:
         kp_s, kp_d = torch.cat(kp_s), torch.cat(kp_d)
         volumes = jobs[0].stream.source.f_s[:1] if shared else torch.cat(f_s)
         total, start, renders = kp_d.shape[0], 0, []
-        while start < total:
-            engine = self.engine(total - start)
-            stop = min(total, start + engine.batch_size)
+        for size in self.batches(total):
+            stop = min(total, start + size)
             rows = volumes if shared else volumes[start:stop]
-            renders.append(engine.render_batch(rows, kp_s[start:stop], kp_d[start:stop]))
+            renders.append(self.engine(size).render_batch(rows, kp_s[start:stop], kp_d[start:stop]))
             start = stop
         renders = torch.cat(renders)
         out, start = [], 0
