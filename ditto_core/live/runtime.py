@@ -8,8 +8,9 @@ Two worker threads share the device, in rounds:
   schedule (:mod:`.schedule`) and stitches the frames all streams release as one batch too
   (:mod:`~ditto_core.motion.stitch_graphs`);
 * the **render** thread takes a round's frames from all streams, renders them through the
-  warp+decode engine in batches that mix streams (a small ladder of compiled batch sizes, so
-  a lone stream's 5 frames do not pay for a 40-frame graph), pastes each stream's frames back
+  warp+decode engine in batches that mix streams (a small ladder of compiled batch sizes, a
+  round split among them by what each took at the warm-up, so that neither a lone stream's 5
+  frames nor five streams' 25 pay for a 40-frame graph), pastes each stream's frames back
   into its portrait, scales them to the size the client asked for and hands them to a small
   pool of encoder threads.
 
