@@ -149,9 +149,9 @@ def test_a_round_renders_in_the_planned_batches_with_the_frames_of_one_batch(tmp
     stream = SimpleNamespace(source=source, frame_size=(96, 80), config=SimpleNamespace(output="rgb"))
     generator = torch.Generator().manual_seed(0)
     jobs = []
-    for _ in range(5):  # five streams' windows of 5 frames, as a round brings them
+    for j in range(5):  # five streams' windows of 5 frames, as a round brings them
         kp = source.motion.kp[:1].reshape(1, -1, 3).float()
-        kp_driving = kp + 0.05 * torch.randn(5, *kp.shape[1:], generator=generator)
+        kp_driving = kp + 0.4 * j + 0.05 * torch.randn(5, *kp.shape[1:], generator=generator)  # each job its look
         motion = SimpleNamespace(kp_source=kp.expand(5, -1, -1), kp_driving=kp_driving,
                                  source_index=torch.zeros(5, dtype=torch.int64))
         jobs.append(SimpleNamespace(stream=stream, motion=motion))
@@ -170,8 +170,10 @@ def test_a_round_renders_in_the_planned_batches_with_the_frames_of_one_batch(tmp
     padded, padded_sizes = rendered(None)
     assert planned_sizes == [(20, 20), (5, 5)] and padded_sizes == [(40, 25)]
     assert [tuple(f.shape) for f in planned] == [(5, 96, 80, 3)] * 5
-    assert all(torch.equal(a, b) for a, b in zip(planned, padded))
-    assert len({f.float().std().item() for f in planned}) == 5  # each job its own frames
+    # The same frames to the job, whichever batch rendered them (a level of rounding at most) ...
+    assert all((a.int() - b.int()).abs().max() <= 1 for a, b in zip(planned, padded))
+    # ... and they are that job's: neighbouring jobs' frames differ far more.
+    assert all((planned[j].float() - planned[j + 1].float()).abs().mean() > 5 for j in range(4))
 
 
 def test_a_rounds_frames_reach_the_host_per_job_in_order_whatever_their_sizes():
