@@ -335,7 +335,7 @@ def main() -> None:
             "hubert": str(args.hubert or "stand-in"), "hubert_provider": runtime.hubert.execution_provider,
             "output": args.output, "frame_size": list(config.frame_size(*source.frames.shape[1:3])),
             "setup_s": round(loaded - setup, 1), "warm_up_s": round(time.monotonic() - loaded, 1),
-            # What the warm-up measured of each render batch size, and how a round is split by it.
+            # What the warm-up measured of each render batch size: the costs the rounds are split by.
             "render_batch_ms": {size: round(1000 * t, 2) for size, t in (getattr(runtime.renderer, "batch_costs",
                                                                                None) or {}).items()},
         }
