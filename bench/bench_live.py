@@ -373,8 +373,8 @@ class _NoiseRenderer:
     """--quick: frames of noise at the output size instead of warp+decode (seconds a frame on a CPU)."""
 
     def render(self, jobs):
-        return [torch.randint(0, 256, (j.motion.kp_driving.shape[0], *j.stream.config.frame_size(
-            *j.stream.source.frames.shape[1:3]), 3), dtype=torch.uint8) for j in jobs]
+        return [torch.randint(0, 256, (j.motion.kp_driving.shape[0], *j.stream.frame_size, 3), dtype=torch.uint8)
+                for j in jobs]
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ class StripedRenderer(RecordingRenderer):
         out = []
         for job in jobs:
             k = job.motion.kp_driving.shape[0]
-            h, w = job.stream.config.frame_size(*job.stream.source.frames.shape[1:3])
+            h, w = job.stream.frame_size
             frames = torch.tensor(STRIPE, dtype=torch.uint8).expand(k, h, w, 3).clone()
             for i in range(k):
                 x = (job.first_frame + i) * 4 % w

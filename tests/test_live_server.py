@@ -47,7 +47,7 @@ class NoiseRenderer(RecordingRenderer):
         super().render(jobs)
         out = []
         for job in jobs:
-            size = job.stream.config.frame_size(*job.stream.source.frames.shape[1:3])
+            size = job.stream.frame_size
             out.append(torch.randint(0, 256, (job.motion.kp_driving.shape[0], *size, 3), dtype=torch.uint8))
         return out
 
