@@ -105,8 +105,10 @@ class RoundTiming:
 
 class FrameRenderer(Protocol):
     """Renders a round's jobs: returns, per job with motion, its k frames on the host, uint8:
-    (k, H, W, 3) RGB, or for an H.264 stream (k, H * 3 // 2, W) packed yuv420p (BT.709, limited
-    range, as :func:`~ditto_core.video.colour.rgb_to_yuv420p` makes it on the device)."""
+    (k, H, W, 3) RGB; for an H.264 stream either that (its encoder thread converts it) or
+    (k, H * 3 // 2, W) packed yuv420p (BT.709, limited range, as
+    :func:`~ditto_core.video.colour.rgb_to_yuv420p` makes it on the device, which
+    :class:`EngineRenderer` does)."""
 
     def render(self, jobs: list[RenderJob]) -> list[Tensor]: ...
 
