@@ -18,7 +18,8 @@ time in 20 ms chunks. Parts:
   frames short of real time, stalls, and the runtime's rounds (frames, windows, motion / queue /
   render times); ``max_realtime_streams`` is the largest N with p95 <= 200 ms and no drops;
 * ``av_sync``: every frame's audio slice against the pushed speech (offset in samples);
-* ``profile`` (with ``--profile DIR``): a 3-s stream under torch.profiler, its trace in DIR;
+* ``profile`` (with ``--profile DIR``): 3 s of N streams under torch.profiler for each N of
+  ``--profile-streams``, the traces in DIR, the GPU's busy share, stream by stream, in the JSON;
 * ``long_stream``: one stream for ``--minutes`` of speech pushed as fast as it is animated:
   host RSS and GPU memory sampled along the way, and their drift.
 """
@@ -49,6 +50,7 @@ from ditto_core.registration.image_io import load_source
 from ditto_core.registration.options import RegistrationOptions
 
 from .bench_common import emit
+from .kernel_timeline import summarise as summarise_kernels
 from .scene import PORTRAIT_CANDIDATES
 
 EXAMPLE = next((path.parent for path in PORTRAIT_CANDIDATES if path.is_file()), PORTRAIT_CANDIDATES[0].parent)
@@ -126,21 +128,31 @@ def one_stream(runtime, source, options, config, seconds):
             "collector": _rounded(pauses.stages())}
 
 
-def profile_stream(runtime, source, options, config, out_dir: Path):
-    """One real-time stream of 3 s under torch.profiler: a Chrome trace (where a chunk's time goes
-    between the two worker threads and the GPU) and the busiest kernels, in ``out_dir``."""
+def profile_stream(runtime, source, options, config, out_dir: Path, streams: int = 1):
+    """``streams`` real-time streams of 3 s under torch.profiler, after 2 s of them to warm up: a
+    Chrome trace (where a chunk's time goes between the two worker threads and the GPU) and the
+    busiest kernels in ``out_dir`` (file names end in the stream count); the GPU's share busy,
+    each CUDA stream's kernels and the idle gaps (:mod:`.kernel_timeline`) in the result."""
     from torch.profiler import ProfilerActivity, profile
 
     out_dir.mkdir(parents=True, exist_ok=True)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    asyncio.run(_warm(runtime, source, options, config, streams))
+
+    async def run():
+        return await asyncio.gather(*(_run_stream(runtime, source, options, config, _speech(3.0, seed=3 + i))
+                                      for i in range(streams)))
+
     with profile(activities=activities) as prof:
-        _, stats = asyncio.run(_run_stream(runtime, source, options, config, _speech(3.0, seed=3)))
-    trace = out_dir / "live_profile_trace.json"
+        results = asyncio.run(run())
+    trace = out_dir / f"live_profile_trace_{streams}.json"
     prof.export_chrome_trace(str(trace))
     sort = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
-    (out_dir / "live_profile_kernels.txt").write_text(prof.key_averages().table(sort_by=sort, row_limit=40))
-    return {"trace": str(trace), "chunk_latency_p50_ms": 1000 * stats["chunk_latency_p50_s"],
-            "chunk_latency_p95_ms": 1000 * stats["chunk_latency_p95_s"]}
+    (out_dir / f"live_profile_kernels_{streams}.txt").write_text(prof.key_averages().table(sort_by=sort, row_limit=40))
+    return {"trace": str(trace), "streams": streams,
+            "chunk_latency_p50_ms": 1000 * _pct([r[1]["chunk_latency_p50_s"] for r in results], 0.5),
+            "chunk_latency_p95_ms": 1000 * max(r[1]["chunk_latency_p95_s"] for r in results),
+            "gpu": summarise_kernels(trace)}
 
 
 def concurrency(runtime, source, options, config, counts, seconds, round_frames=(None,), hubert_priorities=(None,),
@@ -300,6 +312,8 @@ def main() -> None:
                         help="replay each round's stitching from CUDA graphs (LiveRuntime(stitch_graphs=True))")
     parser.add_argument("--profile", type=Path, default=None,
                         help="folder for a profiled 3-s stream (Chrome trace, kernel table), after av_sync")
+    parser.add_argument("--profile-streams", type=int, nargs="+", default=[1],
+                        help="streams at once in the profiled 3 s (one profile for each count)")
     parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS,
                         help="which parts to run (default: all; profile only with --profile)")
     parser.add_argument("--out", type=Path, default=None)
@@ -344,7 +358,9 @@ def main() -> None:
             "first_frame": lambda: first_frame(runtime, source, options, config),
             "one_stream": lambda: one_stream(runtime, source, options, config, 4 * args.seconds / 3),
             "av_sync": lambda: av_sync(runtime, source, options, config),
-            **({"profile": lambda: profile_stream(runtime, source, options, config, args.profile)} if args.profile else {}),
+            **({"profile": lambda: {
+                str(n): profile_stream(runtime, source, options, config, args.profile, n)
+                for n in args.profile_streams}} if args.profile else {}),
             "concurrency": lambda: concurrency(runtime, source, options, config, args.streams, args.seconds,
                                                [r or None for r in args.round_frames], args.hubert_priority,
                                                [r or None for r in args.render_frames], args.every_level),
