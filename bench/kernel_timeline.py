@@ -78,7 +78,7 @@ def summarise(trace: dict | Path | str, top: int = 8) -> dict:
         "gpu_events": len(events), "window_ms": round(window / 1000, 3),
         "kernel_busy_ms": round(sum(b - a for a, b in busy) / 1000, 3),
         "kernel_busy_share": round(sum(b - a for a, b in busy) / window, 4) if window else None,
-        "copy_ms": round(sum(e["dur"] for e in copies) / 1000, 3),
+        "memcpy_memset_ms": round(sum(e["dur"] for e in copies) / 1000, 3),
         "idle_gaps": {f"over_{limit}_ms": {"count": sum(g > 1000 * limit for g in gaps),
                                            "ms": round(sum(g for g in gaps if g > 1000 * limit) / 1000, 3)}
                       for limit in GAP_BUCKETS_MS},

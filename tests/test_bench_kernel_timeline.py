@@ -32,7 +32,7 @@ def test_busy_share_streams_and_gaps_of_a_known_trace(tmp_path):
     # Kernel union: 0-5 (conv and the overlapping gemm), 10-14, 20-20.15 ms.
     assert s["kernel_busy_ms"] == pytest.approx(9.15)
     assert s["kernel_busy_share"] == pytest.approx(9.15 / 20.15, abs=1e-4)
-    assert s["copy_ms"] == pytest.approx(1.0)
+    assert s["memcpy_memset_ms"] == pytest.approx(1.0)
     # Gaps between kernels: 5 ms (5-10) and 6 ms (14-20); the small kernels touch each other.
     assert s["idle_gaps"]["over_1.0_ms"] == {"count": 2, "ms": pytest.approx(11.0)}
     assert s["idle_gaps"]["over_5.0_ms"] == {"count": 1, "ms": pytest.approx(6.0)}
