@@ -15,7 +15,7 @@ from typing import Any, Callable
 from comfy_api.latest import io
 
 from ditto_core.cli_types import int_in, seconds_or_zero
-from ditto_core.live.admission import MAX_LOAD, MAX_STREAMS, SILENT_TIMEOUT_S
+from ditto_core.live.admission import MAX_LOAD, MAX_STREAM_STEPS, MAX_STREAMS, SILENT_TIMEOUT_S
 from ditto_core.live.cli import device_share
 from ditto_core.live.server import PREFIX, Limits, LiveAvatars, add_live_routes
 from ditto_core.motion.motion_options import MotionOptions
@@ -96,19 +96,25 @@ class PublishLiveAvatar(io.ComfyNode):
                 T.MODELS.Input("models", tooltip="From Load Ditto Models: the streams run on these models."),
                 T.SOURCE.Input("source", tooltip="From Register Avatar."),
                 io.String.Input("avatar_id", default="avatar", tooltip="Name clients open the stream with."),
+                io.Int.Input("steps", default=MotionOptions().steps, min=1, max=MAX_STREAM_STEPS, optional=True,
+                             tooltip="DDIM steps of the streams (recorded by the warm-up; clients asking for others "
+                                     "are refused): 25 smoother, 10 lower latency. Avatars of the same models share "
+                                     "one runtime and its steps."),
             ],
             outputs=[],
             is_output_node=True,
         )
 
     @classmethod
-    def execute(cls, models: ModelHandle, source: SourceInfo, avatar_id: str) -> io.NodeOutput:
-        LIVE_AVATARS.publish(avatar_id, REGISTRY.pipeline(models), source)
+    def execute(cls, models: ModelHandle, source: SourceInfo, avatar_id: str, steps: int | None = None) -> io.NodeOutput:
+        options = MotionOptions() if steps is None else MotionOptions(steps=steps)
+        LIVE_AVATARS.publish(avatar_id, REGISTRY.pipeline(models), source, steps=(options.steps,))
         # Compile the engines and record the graphs now, beside the UI, not when a client
         # connects; until then clients are told to come back (warming_up).
-        LIVE_AVATARS.warm_up_in_background(avatar_id, MotionOptions())
-        log.info("Ditto live: avatar %r published at %s", avatar_id, PREFIX)
-        return io.NodeOutput(ui={"text": [f"live avatar '{avatar_id}': open {PREFIX}?avatar={avatar_id}"]})
+        LIVE_AVATARS.warm_up_in_background(avatar_id, options)
+        log.info("Ditto live: avatar %r published at %s (steps %d)", avatar_id, PREFIX, options.steps)
+        return io.NodeOutput(ui={"text": [f"live avatar '{avatar_id}': open {PREFIX}?avatar={avatar_id} "
+                                          f"(streams use {options.steps} steps)"]})
 
 
 NODES = [PublishLiveAvatar]

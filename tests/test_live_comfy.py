@@ -25,6 +25,7 @@ pack = load_pack()
 
 from comfyui_ditto_pack.nodes import live_nodes  # noqa: E402
 from comfyui_ditto_pack.nodes.model_registry import ModelHandle  # noqa: E402
+from ditto_core.errors import InputError  # noqa: E402
 from ditto_core.live.server import LiveAvatars, unpack_frame  # noqa: E402
 
 
@@ -62,12 +63,17 @@ def test_routes_on_comfyui_stream_a_published_avatar(prompt_server, monkeypatch,
     paths = sorted(route.path for route in prompt_server.routes)
     assert paths == ["/ditto/live", "/ditto/live/avatars", "/ditto/live/ws"]
 
-    out = live_nodes.PublishLiveAvatar.execute(models=handle, source=random_source(1, is_image=True), avatar_id="anna")
-    assert "anna" in out.ui["text"][0]
+    out = live_nodes.PublishLiveAvatar.execute(models=handle, source=random_source(1, is_image=True), avatar_id="anna",
+                                               steps=10)
+    assert "anna" in out.ui["text"][0] and "10 steps" in out.ui["text"][0]
     deadline = time.monotonic() + 30  # publishing started the runtime's warm-up (nothing to record on a CPU)
     while not avatars.status()["ready"] and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert avatars.status() == {"avatars": ["anna"], "ready": True}
+    assert avatars.status() == {"avatars": ["anna"], "ready": True, "steps": [10]}
+    with pytest.raises(InputError, match="serves steps 10"):  # another avatar of these models, other steps
+        live_nodes.PublishLiveAvatar.execute(models=handle, source=random_source(1, is_image=True), avatar_id="bob",
+                                             steps=25)
+    assert avatars.ids() == ["anna"]  # refused before it was published
 
     async def run():
         app = web.Application()
@@ -75,7 +81,7 @@ def test_routes_on_comfyui_stream_a_published_avatar(prompt_server, monkeypatch,
         try:
             async with served(app) as url, aiohttp.ClientSession() as session:
                 ws = await session.ws_connect(f"{url}/ditto/live/ws")
-                await ws.send_str(json.dumps({"type": "open", "avatar": "anna", "idle": False}))
+                await ws.send_str(json.dumps({"type": "open", "avatar": "anna", "idle": False, "options": {"steps": 10}}))
                 assert json.loads((await ws.receive(timeout=10)).data)["type"] == "ready"
                 await ws.send_bytes(b"\x00\x10" * 3200)
                 await ws.send_str(json.dumps({"type": "end"}))

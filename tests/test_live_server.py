@@ -610,8 +610,8 @@ def _free_port() -> int:
 def test_streams_are_refused_while_their_runtime_warms_up_then_served(pipeline, monkeypatch):
     gate, calls = threading.Event(), []
 
-    def warm_up(self, source, options, several_avatars=True):
-        calls.append(several_avatars)
+    def warm_up(self, source, options, several_avatars=True, steps=None):
+        calls.append((several_avatars, steps))
         assert gate.wait(30)
 
     monkeypatch.setattr(LiveRuntime, "warm_up", warm_up)
@@ -644,9 +644,57 @@ def test_streams_are_refused_while_their_runtime_warms_up_then_served(pipeline, 
     assert warming["ready"] is False and warming["warming_s"] >= 0 and warming["avatars"] == ["anna", "video", "wide"]
     assert refused[-1]["code"] == "warming_up" and "not ready" in refused[-1]["message"]
     assert code == CLOSE_CODES["warming_up"] == 4503
-    assert ready == {"avatars": ["anna", "video", "wide"], "ready": True}
-    assert opened["type"] == "ready" and calls == [False]
+    assert ready == {"avatars": ["anna", "video", "wide"], "ready": True, "steps": [25]}
+    assert opened["type"] == "ready" and calls == [(False, (25,))]
     assert again is None  # warm already
+
+
+@pytest.mark.reliability(area="Live streams", case="a client opens a stream with DDIM steps the server did not warm up",
+                         behaviour="refused at open (bad_request) naming options.steps and the steps served; nothing "
+                                   "compiles or records while the other streams are served")
+def test_a_warmed_up_server_serves_only_the_steps_it_recorded(pipeline):
+    avatars = _avatars(pipeline)
+    # Off CUDA the warm-up records nothing, but sets what is served as on a GPU.
+    avatars.warm_up_in_background("anna", MotionOptions(steps=2), steps=(3, 2)).join(30)
+    with pytest.raises(InputError, match=r"steps 4: the live runtime of these models serves steps 3, 2"):
+        avatars.warm_up_in_background("wide", MotionOptions(), steps=(4,))  # the same runtime, other steps
+    assert avatars.warm_up_in_background("wide", MotionOptions(steps=3)) is None  # one it serves: nothing to do
+
+    async def scenario():
+        async with serving(avatars) as (session, url):
+            async with session.get(url + "/avatars") as response:
+                status = await response.json()
+            served = []
+            for steps in (2, 3):
+                ws = await _open(session, url, options={"steps": steps})
+                served.append(json.loads((await ws.receive(timeout=30)).data)["type"])
+                await ws.close()
+            ws = await _open(session, url, options={"steps": 10})
+            refused, _ = await _until_closed(ws)
+            return status, served, refused, ws.close_code
+
+    try:
+        status, served, refused, code = asyncio.run(scenario())
+    finally:
+        avatars.shutdown()
+    assert status == {"avatars": ["anna", "video", "wide"], "ready": True, "steps": [2, 3]}
+    assert served == ["ready", "ready"]
+    assert refused[-1]["code"] == "bad_request" and code == CLOSE_CODES["bad_request"]
+    message = refused[-1]["message"]
+    assert "MotionOptions.steps=10" in message and "serves steps 2, 3" in message
+
+
+def test_a_runtime_warms_up_for_one_to_four_valid_step_counts(pipeline):
+    runtime = LiveRuntime(pipeline, renderer=RecordingRenderer())
+    try:
+        assert runtime.served_steps is None  # before a warm-up: any steps
+        for bad, match in (((1, 2, 3, 4, 5), "1 to 4 step counts"), ((), "1 to 4 step counts"), ((0,), "steps")):
+            with pytest.raises(InputError, match=match):
+                runtime.warm_up(random_source(1, is_image=True, seed=1), MotionOptions(), steps=bad)
+        runtime.warm_up(random_source(1, is_image=True, seed=1), MotionOptions(steps=7), steps=None)
+        assert runtime.served_steps == [7]  # the options' own steps by default
+    finally:
+        runtime.shutdown()
 
 
 def _live_threads() -> set[threading.Thread]:
@@ -681,7 +729,7 @@ def test_nothing_opens_or_warms_up_after_the_shutdown(pipeline):
 
 
 def test_a_failed_warm_up_is_told_to_every_client_of_its_avatars(pipeline, monkeypatch):
-    def warm_up(self, source, options, several_avatars=True):
+    def warm_up(self, source, options, several_avatars=True, steps=None):
         raise RuntimeError("CUDA out of memory while recording")
 
     monkeypatch.setattr(LiveRuntime, "warm_up", warm_up)
@@ -708,7 +756,7 @@ def test_a_failed_warm_up_is_told_to_every_client_of_its_avatars(pipeline, monke
 
 def test_a_warm_up_cut_short_by_an_unload_is_logged_as_asked_for_not_as_a_fault(pipeline, monkeypatch, caplog):
     gate = threading.Event()
-    monkeypatch.setattr(LiveRuntime, "warm_up", lambda self, source, options, several_avatars=True:
+    monkeypatch.setattr(LiveRuntime, "warm_up", lambda self, source, options, several_avatars=True, steps=None:
                         self._on_render_thread(lambda: gate.wait(30)))  # the render thread busy recording
     avatars = _avatars(pipeline)
     with caplog.at_level(logging.INFO, logger="ditto_core.live.server"):
@@ -791,13 +839,28 @@ def test_standalone_server_refuses_a_public_bind_without_a_token():
     assert result.returncode == 2 and "--token" in result.stderr
 
 
+def test_serve_steps_are_checked_before_anything_loads():
+    parser = build_parser()
+    assert parser.parse_args(["serve", "--steps", "25", "10"]).steps == [25, 10]
+    assert parser.parse_args(["serve"]).steps is None  # the motion default, warmed up alone
+    for bad in ("0", "51", "ten"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["serve", "--steps", bad])
+    from ditto_core.live.server import run
+
+    args = parser.parse_args(["serve", "--random-weights", "--steps", "5", "10", "15", "20", "25"])
+    with pytest.raises(InputError, match=r"--steps 5 10 15 20 25: at most 4 step counts"):
+        run(args)
+
+
 @pytest.mark.slow
 def test_standalone_server_starts_serves_and_stops(example_dir):
     port = _free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "ditto_core", "serve", "--random-weights", "--device", "cpu", "--no-compile",
-         "--precision", "fp32", "--port", str(port), "--avatar", f"demo={example_dir / 'portrait.jpg'}"],
+         "--precision", "fp32", "--port", str(port), "--avatar", f"demo={example_dir / 'portrait.jpg'}",
+         "--steps", "25", "10"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )
     try:
@@ -818,6 +881,7 @@ def test_standalone_server_starts_serves_and_stops(example_dir):
 
         status = asyncio.run(probe())
         assert status["avatars"] == ["demo"] and isinstance(status["ready"], bool)  # warming up or ready
+        assert status["steps"] == [10, 25]  # what the warm-up records, listed from its start
     finally:
         proc.send_signal(signal.SIGINT)
         try:

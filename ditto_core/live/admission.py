@@ -18,6 +18,10 @@ steps: docs/LIVE.md)."""
 MAX_LOAD = 0.8
 """Default share of the device's time the open streams and a new one may need (``max_load``)."""
 
+MAX_STREAM_STEPS = 50
+"""Most DDIM steps a stream may ask for, and a server be warmed up for (Ditto's own default): a
+window costs the device time in proportion, and every stream of a round waits for the slowest window."""
+
 SILENT_TIMEOUT_S = 600.0
 """Default seconds a stream may go without speech before it is closed and its place freed."""
 

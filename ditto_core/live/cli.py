@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..cli_types import int_in, seconds_or_zero
 from ..precision import NETWORK_PRECISIONS
-from .admission import MAX_LOAD, MAX_STREAMS, SILENT_TIMEOUT_S
+from .admission import MAX_LOAD, MAX_STREAM_STEPS, MAX_STREAMS, SILENT_TIMEOUT_S
 
 
 def device_share(text: str) -> float:
@@ -43,6 +43,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--silent-timeout", type=seconds_or_zero, default=SILENT_TIMEOUT_S, metavar="SECONDS",
                    help="close a stream that is sent no speech for this long, freeing its place (default "
                         f"{SILENT_TIMEOUT_S:g}; 0: never)")
+    p.add_argument("--steps", type=int_in(1, MAX_STREAM_STEPS), nargs="+", default=None, metavar="N",
+                   help="DDIM steps the streams may use, each warmed up before serving (default: the motion "
+                        "default, 25; e.g. --steps 25 10: 10 for lower latency); a stream asking for others is refused")
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda when available)")
     p.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp16",
                    help="image networks' precision (fp16: the fast path)")

@@ -33,7 +33,7 @@ from collections import deque
 from contextlib import nullcontext
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Callable, Optional, Protocol
+from typing import Callable, Optional, Protocol, Sequence
 
 import torch
 from torch import Tensor
@@ -174,6 +174,9 @@ class LiveRuntime:
         self.hubert = offline if offline.backend == "torch" else HubertFeatureExtractor(offline.model_path, offline.device)
         self.renderer = renderer or EngineRenderer(models, pipeline.compile if compile is None else compile, batch_ladder)
         self._samplers: dict[tuple, DDIMSampler] = {}
+        # The sampler settings (_sampler_key) the warm-up recorded, the only ones served after it;
+        # None before a warm-up (nothing recorded ahead: a stream's sampler records as it comes).
+        self._served: Optional[frozenset] = None
         if sampler_factory is not None:
             self.sampler = sampler_factory
         self.hubert_windows = LiveWindowEncoder(self.hubert, priority=MOTION_PRIORITY)
@@ -232,8 +235,8 @@ class LiveRuntime:
         """The shared sampler for ``options``' steps and precision (called holding ``_wake``). At most
         :data:`MAX_SAMPLERS` are kept, each with its recorded graphs: one no open stream uses makes
         room for a new one; when all are in use, a stream asking for another is refused."""
-        precision = lmdm_precision_for(options.sampler_precision, self.pipeline.models.dtype)
-        key = (options.steps, precision, options.sampler_compile)
+        key = self._sampler_key(options)
+        steps, precision, _ = key
         if key not in self._samplers and len(self._samplers) >= MAX_SAMPLERS:
             used = {id(state.sampler) for state in self._streams.values()}
             for old in [k for k, sampler in self._samplers.items() if id(sampler) not in used]:
@@ -244,9 +247,38 @@ class LiveRuntime:
                                  f"sampler settings (steps {in_use}); use one of those steps")
         if key not in self._samplers:
             self._samplers[key] = DDIMSampler(
-                self.pipeline.models.lmdm, options.steps, precision=precision, compile=options.sampler_compile,
+                self.pipeline.models.lmdm, steps, precision=precision, compile=options.sampler_compile,
             )
         return self._samplers[key]
+
+    def _sampler_key(self, options: MotionOptions) -> tuple:
+        """What makes two streams' samplers differ: (steps, LMDM precision, compiled)."""
+        precision = lmdm_precision_for(options.sampler_precision, self.pipeline.models.dtype)
+        return options.steps, precision, options.sampler_compile
+
+    @property
+    def served_steps(self) -> Optional[list[int]]:
+        """The DDIM steps streams may use: those the warm-up recorded; None before a warm-up (any)."""
+        return None if self._served is None else sorted({key[0] for key in self._served})
+
+    def _check_served(self, options: MotionOptions) -> None:
+        """Refuse a sampler setting the warm-up did not record: its first windows would compile
+        and record CUDA graphs on the motion thread while the open streams wait (seconds, more
+        the first time), and recording beside the render's replays is what once faulted a runtime."""
+        served = self._served
+        if served is None or self._sampler_key(options) in served:
+            return
+        steps = ", ".join(map(str, self.served_steps))
+        if options.steps not in self.served_steps:
+            raise InputError(
+                f"MotionOptions.steps={options.steps}: this live runtime serves steps {steps}, the ones its warm-up "
+                "recorded (a stream with other steps would compile and record its sampler while the open streams "
+                f"wait). Open the stream with steps {steps}, or warm the runtime up with {options.steps} as well "
+                "(serve --steps, Publish Live Avatar's steps).")
+        raise InputError(
+            f"MotionOptions.sampler_precision={options.sampler_precision!r}, sampler_compile={options.sampler_compile}: "
+            "this live runtime's warm-up recorded its sampler with other settings; open the stream with the options "
+            "the runtime was warmed up with.")
 
     def open_state(
         self, source: SourceInfo, options: MotionOptions, config: StreamConfig, deliver: Callable[[object], None]
@@ -257,6 +289,7 @@ class LiveRuntime:
                                 "server (its log has the traceback)")
         if options.fade_type:
             raise InputError('MotionOptions.fade_type: fades need the clip length; use fade_type="" for streams.')
+        self._check_served(options)
         models = self.pipeline.models
         options = self.pipeline.with_blink_table(options)
         with self._wake:
@@ -607,27 +640,39 @@ class LiveRuntime:
             noise = torch.cat([noise, noise[:, -1:].expand(-1, size - n, -1, -1)], dim=1)
         return sampler.sample(kp, cond, x_T, noise)[:n]
 
-    def warm_up(self, source: SourceInfo, options: MotionOptions, several_avatars: bool = True) -> None:
+    def warm_up(self, source: SourceInfo, options: MotionOptions, several_avatars: bool = True,
+                steps: Optional[Sequence[int]] = None) -> None:
         """Record every sampler batch size up to ``max_streams`` and compile every render size, so
         that no stream waits for a compilation (call before serving; minutes when nothing is cached).
         ``several_avatars=False`` says every stream will show ``source``: for an image, the renders'
         form with a volume per frame (which only a video or a round of several avatars uses) is
-        then not compiled, half the engines' warm-up. Nothing to do off CUDA: there is no graph to record."""
+        then not compiled, half the engines' warm-up. ``steps``: the DDIM steps to record a sampler
+        for (default ``options.steps``); afterwards streams may use these steps only (their
+        sampler's other settings as in ``options``), so that nothing records while streams are
+        served. Off CUDA there is no graph to record, and only the steps are set."""
+        steps = (options.steps,) if steps is None else tuple(dict.fromkeys(steps))
+        if not 1 <= len(steps) <= MAX_SAMPLERS:
+            raise InputError(f"steps: a live runtime serves 1 to {MAX_SAMPLERS} step counts, got {list(steps)}.")
+        settings = [replace(options, steps=n) for n in steps]
+        for setting in settings:
+            setting.validate()
+        self._served = frozenset(map(self._sampler_key, settings))
         if self.device.type != "cuda":
             return
         # Recorded here whatever runs beside (a compile of the offline engine): not while serving.
         with torch.inference_mode(), recordings_wait():
-            sampler = self.sampler(options)
             kp = build_kp_condition(source.to(self.device))
             cond = torch.zeros(1, WINDOW, self.pipeline.models.cond_dim, device=self.device)
-            size = 1
-            while True:
-                x = torch.zeros(size, WINDOW, MOTION_DIM, device=self.device)
-                sampler.sample(kp.expand(size, -1), cond.expand(size, -1, -1), x, torch.zeros(sampler.noise_shape(size),
-                                                                                               device=self.device))
-                if size >= self.max_streams:
-                    break
-                size = lmdm_batch(size + 1)
+            for setting in settings:
+                sampler = self.sampler(setting)
+                size = 1
+                while True:
+                    x = torch.zeros(size, WINDOW, MOTION_DIM, device=self.device)
+                    sampler.sample(kp.expand(size, -1), cond.expand(size, -1, -1), x,
+                                   torch.zeros(sampler.noise_shape(size), device=self.device))
+                    if size >= self.max_streams:
+                        break
+                    size = lmdm_batch(size + 1)
             self.hubert_windows.warm_up(_HUBERT_WINDOWS_PER_ROUND * self.max_streams)
             device_source = source.to(self.device)
         # The worker threads' streams use what was recorded and uploaded here on this one.

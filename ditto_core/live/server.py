@@ -36,7 +36,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 from urllib.parse import urlsplit
 
 from ..audio.loading import check_sample_rate
@@ -44,8 +44,8 @@ from ..errors import DittoError, InputError
 from ..motion.motion_options import MotionOptions
 from ..registration.source_info import SourceInfo
 from .output_frames import LiveFrame
-from .admission import SILENT_TIMEOUT_S, CapacityError
-from .runtime import BackpressureError, LiveRuntime, RuntimeFailed, RuntimeStopped
+from .admission import MAX_STREAM_STEPS, SILENT_TIMEOUT_S, CapacityError
+from .runtime import MAX_SAMPLERS, BackpressureError, LiveRuntime, RuntimeFailed, RuntimeStopped
 from .stream_state import StreamConfig
 from .stream import AvatarStream
 
@@ -73,11 +73,6 @@ OPTION_FIELDS = (
 )
 """MotionOptions a client may set (the per-frame and fade options need a clip's length; the
 sampler's precision and compilation are the server's: they decide what its warm-up recorded)."""
-
-MAX_STREAM_STEPS = 50
-"""Most DDIM steps a stream may ask for (Ditto's own default): a window costs the device time in
-proportion, and every stream of a round waits for the slowest window."""
-
 
 @dataclass(frozen=True)
 class Limits:
@@ -131,6 +126,7 @@ class _RuntimeWarmUp:
     """One runtime's warm-up: running until ``done``; ``failure`` says why it did not succeed."""
 
     started: float  # time.monotonic()
+    steps: tuple[int, ...]  # the DDIM steps it records a sampler for: what the runtime serves
     done: bool = False
     failure: Optional[str] = None
 
@@ -155,11 +151,28 @@ class LiveAvatars:
         self._warmups: dict[int, _RuntimeWarmUp] = {}  # runtime's pipeline id -> its warm-up
         self._shut_down = False  # after shutdown() no runtime is made again (its threads would outlive the server)
 
-    def publish(self, avatar_id: str, pipeline, source: SourceInfo) -> None:
+    def publish(self, avatar_id: str, pipeline, source: SourceInfo, steps: Optional[Sequence[int]] = None) -> None:
+        """Put ``source`` under ``avatar_id``; with ``steps``, only if the runtime of ``pipeline``
+        serves them or has not been warmed up (:class:`InputError` otherwise, nothing published)."""
         if not isinstance(avatar_id, str) or not avatar_id or len(avatar_id) > 128:
             raise InputError(f"avatar id must be a non-empty string of at most 128 characters, got {avatar_id!r}.")
         with self._lock:
+            if steps is not None:
+                self._check_steps(id(pipeline), steps)
             self._avatars[avatar_id] = (pipeline, source)
+
+    def _check_steps(self, key: int, steps: Sequence[int]) -> bool:
+        """Whether the runtime ``key`` was (or is being) warmed up; :class:`InputError` if for steps
+        other than ``steps``. Called holding ``_lock``."""
+        earlier = self._warmups.get(key)
+        if earlier is None or earlier.failure is not None:
+            return False
+        if not set(steps) <= set(earlier.steps):
+            raise InputError(
+                f"steps {', '.join(map(str, steps))}: the live runtime of these models serves steps "
+                f"{', '.join(map(str, earlier.steps))}, recorded by its warm-up (recording more while streams "
+                "are served would make them wait); use those, or unload the models and publish again.")
+        return True
 
     def ids(self) -> list[str]:
         with self._lock:
@@ -170,6 +183,9 @@ class LiveAvatars:
         with self._lock:
             started = min((w.started for w in self._warmups.values() if not w.done), default=None)
             status = {"avatars": sorted(self._avatars), "ready": started is None}
+            steps = sorted({n for w in self._warmups.values() if w.failure is None for n in w.steps})
+            if steps:  # the DDIM steps streams may ask for (none listed: no warm-up, any)
+                status["steps"] = steps
             if started is not None:
                 status["warming_s"] = round(time.monotonic() - started, 1)
             return status
@@ -204,19 +220,22 @@ class LiveAvatars:
             runtime = self._runtimes[key] = LiveRuntime(pipeline, **self._runtime_options)
         return runtime, source, key
 
-    def warm_up_in_background(self, avatar_id: str, options: MotionOptions,
-                              several_avatars: bool = True) -> Optional[threading.Thread]:
+    def warm_up_in_background(self, avatar_id: str, options: MotionOptions, several_avatars: bool = True,
+                              steps: Optional[Sequence[int]] = None) -> Optional[threading.Thread]:
         """Warm the runtime of ``avatar_id`` up on a thread (once per runtime, again after a failed
-        one; None if it is, or is being, warmed up). Its avatars are refused until the thread ends."""
+        one; None if it is, or is being, warmed up). Its avatars are refused until the thread ends.
+        ``steps`` (default ``options.steps``): the DDIM steps its streams may use
+        (:meth:`LiveRuntime.warm_up`); a runtime warmed up for others refuses more with :class:`InputError`."""
+        steps = (options.steps,) if steps is None else tuple(dict.fromkeys(steps))
         with self._lock:
             runtime, source, key = self._runtime_of(avatar_id)
-            if key in self._warmups and self._warmups[key].failure is None:
+            if self._check_steps(key, steps):
                 return None
-            warm_up = self._warmups[key] = _RuntimeWarmUp(time.monotonic())
+            warm_up = self._warmups[key] = _RuntimeWarmUp(time.monotonic(), steps)
 
         def warm() -> None:
             try:
-                runtime.warm_up(source, options, several_avatars=several_avatars)
+                runtime.warm_up(source, options, several_avatars=several_avatars, steps=steps)
             except RuntimeStopped as stopped:  # withdrawn or shut down meanwhile: asked for, not a fault
                 log.info("Ditto live: the warm-up for avatar %r ended early: %s", avatar_id, stopped)
                 failure = str(stopped)
@@ -582,6 +601,9 @@ def run(args: argparse.Namespace) -> int:
             f"--host {args.host} makes the server reachable from other machines: set DITTO_LIVE_TOKEN=SECRET (or "
             "pass --token SECRET; clients then connect with ?token=SECRET), or bind to 127.0.0.1."
         )
+    if args.steps is not None and len(set(args.steps)) > MAX_SAMPLERS:
+        raise InputError(f"--steps {' '.join(map(str, args.steps))}: at most {MAX_SAMPLERS} step counts (each keeps "
+                         "its recorded graphs in VRAM).")
     avatar_specs = []
     for spec in args.avatar:
         name, sep, path = spec.partition("=")
@@ -603,7 +625,8 @@ def run(args: argparse.Namespace) -> int:
             frames, is_image = load_source(path)
             avatars.publish(name, pipeline, pipeline.register(frames, registration, is_image=is_image, name=str(path)))
         if avatar_specs:  # the engines compiled and the graphs recorded while the server already answers
-            avatars.warm_up_in_background(avatar_specs[0][0], MotionOptions(), several_avatars=len(avatar_specs) > 1)
+            avatars.warm_up_in_background(avatar_specs[0][0], MotionOptions(), several_avatars=len(avatar_specs) > 1,
+                                          steps=args.steps)
         app = create_app(avatars, token=args.token, limits=Limits(silent_timeout_s=args.silent_timeout or None))
         print(f"Ditto live: serving http://{args.host}:{args.port}{PREFIX} (avatars: {', '.join(avatars.ids()) or 'none'}"
               f"{'; warming up, streams open once GET ' + PREFIX + '/avatars says ready' if avatar_specs else ''})",
