@@ -74,6 +74,7 @@ OPTION_FIELDS = (
 """MotionOptions a client may set (the per-frame and fade options need a clip's length; the
 sampler's precision and compilation are the server's: they decide what its warm-up recorded)."""
 
+
 @dataclass(frozen=True)
 class Limits:
     """What one connection may send and how long it may keep the server waiting."""
