@@ -107,8 +107,9 @@ class PublishLiveAvatar(io.ComfyNode):
 
     @classmethod
     def execute(cls, models: ModelHandle, source: SourceInfo, avatar_id: str, steps: int | None = None) -> io.NodeOutput:
-        options = MotionOptions() if steps is None else MotionOptions(steps=steps)
-        LIVE_AVATARS.publish(avatar_id, REGISTRY.pipeline(models), source, steps=(options.steps,))
+        steps = MotionOptions().steps if steps is None else steps
+        LIVE_AVATARS.publish(avatar_id, REGISTRY.pipeline(models), source, steps=(steps,))  # checks them first
+        options = MotionOptions(steps=steps)
         # Compile the engines and record the graphs now, beside the UI, not when a client
         # connects; until then clients are told to come back (warming_up).
         LIVE_AVATARS.warm_up_in_background(avatar_id, options)

@@ -27,6 +27,8 @@ import folder_paths  # noqa: E402
 from comfy_api.latest import io  # noqa: E402
 from ditto_core.audio.audio_features import AudioFeatures  # noqa: E402
 from ditto_core.errors import InputError  # noqa: E402
+from ditto_core.live.admission import MAX_STREAM_STEPS  # noqa: E402
+from ditto_core.live.server import LiveAvatars  # noqa: E402
 from ditto_core.models.keypoints import MOTION_DIM  # noqa: E402
 from ditto_core.motion.lmdm_sampler import ddim_time_pairs, generate_motion  # noqa: E402
 from ditto_core.motion.motion_options import MAX_POSE_OFFSET, MAX_STEPS, MotionOptions  # noqa: E402
@@ -37,6 +39,7 @@ from ditto_core.render.warp_decode import MAX_BATCH  # noqa: E402
 from comfyui_ditto_pack.nodes.model_registry import REGISTRY, ModelHandle  # noqa: E402
 from comfyui_ditto_pack.nodes.motion_nodes import SEED_MAX  # noqa: E402
 from tests.hardening_support import files_under, hubert_stub, stub_aux, tiny_pipeline  # noqa: E402,F401
+from tests.live_support import light_pipeline  # noqa: E402
 from tests.test_nodes_execution import TinyDecoder, TinyWarp  # noqa: E402
 
 NODES = {n.GET_SCHEMA().node_id: n for n in asyncio.run(asyncio.run(pack.comfy_entrypoint()).get_node_list())}
@@ -131,8 +134,22 @@ def run_node(node_id: str, widget: str, value, handle, source, features, base):
                                filename_prefix="bounds/clip", preset="ultrafast"),
         "DittoTalkingHead": dict(models=handle, image=video_image(1), audio=speech(0.3), detect_face=True,
                                  filename_prefix="bounds/aio", preset="ultrafast"),
+        "DittoPublishLiveAvatar": dict(models=handle, source=source, avatar_id="bounds"),
     }[node_id]
-    return NODES[node_id].execute(**{**defaults(node_id), **inputs, widget: value})
+    if node_id != "DittoPublishLiveAvatar":
+        return NODES[node_id].execute(**{**defaults(node_id), **inputs, widget: value})
+    # Each run on avatars of its own (a runtime's steps are fixed by its first warm-up), with a
+    # pipeline a live runtime can run on (the tiny one here has no stitching network).
+    from comfyui_ditto_pack.nodes import live_nodes
+
+    published, live_nodes.LIVE_AVATARS = live_nodes.LIVE_AVATARS, LiveAvatars()
+    REGISTRY.pipeline = lambda models: light_pipeline(base)
+    try:
+        return NODES[node_id].execute(**{**defaults(node_id), **inputs, widget: value})
+    finally:
+        del REGISTRY.pipeline
+        live_nodes.LIVE_AVATARS.shutdown()
+        live_nodes.LIVE_AVATARS = published
 
 
 @dataclass(frozen=True)
@@ -195,6 +212,9 @@ CASES = [
                "1 to 1000: beyond them refused before any work starts; nothing is written."),
     WidgetCase("DittoTalkingHead", "seed", -1, SEED_MAX + 1, r"seed=-1 is not allowed", r"seed=\d+ is not allowed",
                "0 to 2**64-1: beyond them refused before any work starts; nothing is written."),
+    WidgetCase("DittoPublishLiveAvatar", "steps", 0, MAX_STREAM_STEPS + 1, r"steps=0 is not allowed: expected an integer "
+               r"in \[1, 50\]", r"steps=51 is not allowed", "1 to 50 DDIM steps: beyond them refused before the avatar "
+               "is published or a warm-up starts."),
     WidgetCase("DittoTalkingHead", "crf", -1, 52, r"crf must be an integer in \[0, 51\]",
                r"crf must be an integer in \[0, 51\]",
                "0 to 51: beyond them refused before registration starts; nothing is written."),

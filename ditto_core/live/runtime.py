@@ -650,9 +650,7 @@ class LiveRuntime:
         for (default ``options.steps``); afterwards streams may use these steps only (their
         sampler's other settings as in ``options``), so that nothing records while streams are
         served. Off CUDA there is no graph to record, and only the steps are set."""
-        steps = (options.steps,) if steps is None else tuple(dict.fromkeys(steps))
-        if not 1 <= len(steps) <= MAX_SAMPLERS:
-            raise InputError(f"steps: a live runtime serves 1 to {MAX_SAMPLERS} step counts, got {list(steps)}.")
+        steps = (options.steps,) if steps is None else distinct_steps(steps)
         settings = [replace(options, steps=n) for n in steps]
         for setting in settings:
             setting.validate()
@@ -889,6 +887,15 @@ def quantile(ordered: list, q: float):
     """The ``q`` quantile of an ascending list (the nearest rank at or below), None when empty: how
     the runtime's stats (and the live benchmark's summaries of them) pick p50 and p95."""
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None
+
+
+def distinct_steps(steps: Sequence[int]) -> tuple[int, ...]:
+    """``steps`` without repeats, in order: the 1 to :data:`MAX_SAMPLERS` step counts a runtime
+    may be warmed up to serve (:meth:`LiveRuntime.warm_up`)."""
+    steps = tuple(dict.fromkeys(steps))
+    if not 1 <= len(steps) <= MAX_SAMPLERS:
+        raise InputError(f"steps: a live runtime serves 1 to {MAX_SAMPLERS} step counts, got {list(steps)}.")
+    return steps
 
 
 def lmdm_batch(windows: int) -> int:

@@ -45,7 +45,7 @@ from ..motion.motion_options import MotionOptions
 from ..registration.source_info import SourceInfo
 from .output_frames import LiveFrame
 from .admission import MAX_STREAM_STEPS, SILENT_TIMEOUT_S, CapacityError
-from .runtime import MAX_SAMPLERS, BackpressureError, LiveRuntime, RuntimeFailed, RuntimeStopped
+from .runtime import MAX_SAMPLERS, BackpressureError, LiveRuntime, RuntimeFailed, RuntimeStopped, distinct_steps
 from .stream_state import StreamConfig
 from .stream import AvatarStream
 
@@ -157,6 +157,8 @@ class LiveAvatars:
         serves them or has not been warmed up (:class:`InputError` otherwise, nothing published)."""
         if not isinstance(avatar_id, str) or not avatar_id or len(avatar_id) > 128:
             raise InputError(f"avatar id must be a non-empty string of at most 128 characters, got {avatar_id!r}.")
+        if steps is not None:
+            steps = _served_steps(steps)
         with self._lock:
             if steps is not None:
                 self._check_steps(id(pipeline), steps)
@@ -227,7 +229,7 @@ class LiveAvatars:
         one; None if it is, or is being, warmed up). Its avatars are refused until the thread ends.
         ``steps`` (default ``options.steps``): the DDIM steps its streams may use
         (:meth:`LiveRuntime.warm_up`); a runtime warmed up for others refuses more with :class:`InputError`."""
-        steps = (options.steps,) if steps is None else tuple(dict.fromkeys(steps))
+        steps = _served_steps((options.steps,) if steps is None else steps)
         with self._lock:
             runtime, source, key = self._runtime_of(avatar_id)
             if self._check_steps(key, steps):
@@ -277,6 +279,15 @@ class LiveAvatars:
             self._warmups.clear()
         for runtime in runtimes:
             runtime.shutdown()
+
+
+def _served_steps(steps: Sequence[int]) -> tuple[int, ...]:
+    """``steps`` checked against what a stream may ask for: what a runtime is warmed up to serve."""
+    for n in steps:
+        if not (isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_STREAM_STEPS):
+            raise InputError(f"steps={n!r} is not allowed: expected an integer in [1, {MAX_STREAM_STEPS}] (the DDIM "
+                             "steps of the avatar's streams).")
+    return distinct_steps(steps)
 
 
 def _is_loopback(host: Optional[str]) -> bool:
