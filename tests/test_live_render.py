@@ -142,6 +142,9 @@ def test_a_round_renders_in_the_planned_batches_with_the_frames_of_one_batch(tmp
     """Measured costs (as a CUDA warm-up sets them) split a 25-frame round into 20 + 5 frames
     instead of padding it to the 40-frame batch; each job gets the same frames either way."""
     pipeline = DittoPipeline.random(tmp_path, device="cpu", compile=False)
+    # The tiny networks' weights set how far apart the jobs' frames land (6 to 12 levels over 12
+    # seeds, 9.6 with this one): fixed, or the last check below could fail on an unlucky draw.
+    torch.manual_seed(0)
     pipeline.models = replace(pipeline.models, warp_network=TinyWarp().eval(), decoder=TinyDecoder().eval())
     portrait = np.zeros((96, 80, 3), np.uint8)
     cv2.circle(portrait, (40, 48), 30, (200, 170, 150), -1)
