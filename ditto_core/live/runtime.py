@@ -268,8 +268,9 @@ class LiveRuntime:
         served = self._served
         if served is None or self._sampler_key(options) in served:
             return
-        steps = ", ".join(map(str, self.served_steps))
-        if options.steps not in self.served_steps:
+        served_steps = self.served_steps
+        steps = ", ".join(map(str, served_steps))
+        if options.steps not in served_steps:
             raise InputError(
                 f"MotionOptions.steps={options.steps}: this live runtime serves steps {steps}, the ones its warm-up "
                 "recorded (a stream with other steps would compile and record its sampler while the open streams "

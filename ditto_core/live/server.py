@@ -613,9 +613,12 @@ def run(args: argparse.Namespace) -> int:
             f"--host {args.host} makes the server reachable from other machines: set DITTO_LIVE_TOKEN=SECRET (or "
             "pass --token SECRET; clients then connect with ?token=SECRET), or bind to 127.0.0.1."
         )
-    if args.steps is not None and len(set(args.steps)) > MAX_SAMPLERS:
-        raise InputError(f"--steps {' '.join(map(str, args.steps))}: at most {MAX_SAMPLERS} step counts (each keeps "
-                         "its recorded graphs in VRAM).")
+    if args.steps is not None:
+        try:
+            distinct_steps(args.steps)  # the runtime's rule, checked before the models load, naming the flag
+        except InputError:
+            raise InputError(f"--steps {' '.join(map(str, args.steps))}: at most {MAX_SAMPLERS} step counts (each "
+                             "keeps its recorded graphs in VRAM).") from None
     avatar_specs = []
     for spec in args.avatar:
         name, sep, path = spec.partition("=")
