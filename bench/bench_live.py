@@ -14,7 +14,7 @@ time in 20 ms chunks. Parts:
   overlap 75) and the compute after it: that audio pushed at once, time to the first frame;
 * ``one_stream``: chunk latency (a window's last sample in -> its 5 frames encoded) p50/p95;
 * ``concurrency``: N real-time streams at once (started together, so their speech arrives in
-  step) for each N of ``--streams`` and each ``--round-frames`` setting: p95 chunk latency,
+  step) for each N of ``--streams``, each ``--round-frames`` setting and each of ``--steps``: p95 chunk latency,
   frames short of real time, stalls, and the runtime's rounds (frames, windows, motion / queue /
   render times); ``max_realtime_streams`` is the largest N with p95 <= 200 ms and no drops;
 * ``av_sync``: every frame's audio slice against the pushed speech (offset in samples);
@@ -32,6 +32,7 @@ import math
 import os
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -156,26 +157,29 @@ def profile_stream(runtime, source, options, config, out_dir: Path, streams: int
 
 
 def concurrency(runtime, source, options, config, counts, seconds, round_frames=(None,), hubert_priorities=(None,),
-                render_frames=(None,), every_level=False):
+                render_frames=(None,), every_level=False, steps=(None,)):
     """N streams in step for each N of ``counts``, under each ``round_frames`` setting of the
     runtime (None: its default), each CUDA priority of its HuBERT windows' stream (None: the
-    runtime's) and each ``render_frames`` (None: rounds never joined), side by side; a setting
-    stops at its first N missed unless ``every_level`` (settings meant for a saturated device,
-    compared where they act)."""
+    runtime's), each ``render_frames`` (None: rounds never joined) and each of the DDIM ``steps``
+    the runtime was warmed up for (None: ``options.steps``), side by side; a setting stops at its
+    first N missed unless ``every_level`` (settings meant for a saturated device, compared where
+    they act)."""
     variants, default, stream = {}, runtime.round_frames, runtime.hubert_windows.stream
     default_render = runtime.render_frames
-    for setting, priority, joined in itertools.product(round_frames, hubert_priorities, render_frames):
+    for setting, priority, joined, n_steps in itertools.product(round_frames, hubert_priorities, render_frames, steps):
         runtime.round_frames = setting or default
         runtime.render_frames = joined
         if priority is not None and stream is not None:  # the recorded graphs replay on any stream
             runtime.hubert_windows.stream = torch.cuda.Stream(runtime.device, priority=priority)
+        stream_options = options if n_steps is None else replace(options, steps=n_steps)
         name = (f"round_frames={runtime.round_frames}" + (f",hubert_priority={priority}" if priority is not None else "")
-                + (f",render_frames={joined}" if joined is not None else ""))
+                + (f",render_frames={joined}" if joined is not None else "")
+                + (f",steps={n_steps}" if len(steps) > 1 else ""))
         levels = []
         for n in counts:
             if n > runtime.max_streams:
                 break
-            level = _concurrency_level(runtime, source, options, config, n, seconds)
+            level = _concurrency_level(runtime, source, stream_options, config, n, seconds)
             print({"variant": name, **level}, flush=True)
             levels.append(level)
             if not level["realtime_ok"] and not every_level:
@@ -287,7 +291,8 @@ def main() -> None:
     parser.add_argument("--hubert", type=Path, default=None, help="HuBERT ONNX to use instead of the stand-in")
     parser.add_argument("--avatar", type=Path, default=EXAMPLE / "portrait.jpg")
     parser.add_argument("--precision", choices=NETWORK_PRECISIONS, default="fp16")
-    parser.add_argument("--steps", type=int, default=25)
+    parser.add_argument("--steps", type=int, nargs="+", default=[25],
+                        help="DDIM steps; several: the concurrency part runs each side by side, the other parts the first")
     parser.add_argument("--lmdm-precision", default="bf16", choices=("fp32", "tf32", "bf16"))
     parser.add_argument("--no-lmdm-compile", action="store_true")
     parser.add_argument("--max-size", type=int, default=512, help="longest side of the frames sent")
@@ -319,7 +324,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     if args.quick:
-        args.steps, args.streams, args.seconds, args.minutes = 2, [1, 2], 1.0, 0.1
+        args.steps, args.streams, args.seconds, args.minutes = [2], [1, 2], 1.0, 0.1
     device = torch.device(args.device)
     compile_ok = device.type == "cuda"
     with tempfile.TemporaryDirectory() as workdir:
@@ -335,11 +340,12 @@ def main() -> None:
         # No load limit: the benchmark measures past what the device sustains.
         runtime = LiveRuntime(pipeline, max_streams=max(args.streams), renderer=_NoiseRenderer() if args.quick else None,
                               stitch_graphs=args.stitch_graphs, max_load=None)
-        options = MotionOptions(steps=args.steps, sampler_precision=args.lmdm_precision,
+        options = MotionOptions(steps=args.steps[0], sampler_precision=args.lmdm_precision,
                                 sampler_compile=not args.no_lmdm_compile and compile_ok)
         config = StreamConfig(output=args.output, max_size=args.max_size, idle=False)
         loaded = time.monotonic()
-        runtime.warm_up(source, options, several_avatars=False)  # every stream shows this one avatar
+        # Every stream shows this one avatar; every step count is recorded before any stream runs.
+        runtime.warm_up(source, options, several_avatars=False, steps=args.steps)
         asyncio.run(_warm(runtime, source, options, config, 1))
         result = {
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -363,7 +369,8 @@ def main() -> None:
                 for n in args.profile_streams}} if args.profile else {}),
             "concurrency": lambda: concurrency(runtime, source, options, config, args.streams, args.seconds,
                                                [r or None for r in args.round_frames], args.hubert_priority,
-                                               [r or None for r in args.render_frames], args.every_level),
+                                               [r or None for r in args.render_frames], args.every_level,
+                                               args.steps),
             "long_stream": lambda: long_stream(runtime, source, options, config, args.minutes, progress=partial_long),
         }
 
