@@ -50,12 +50,14 @@ class Green:
     def record(self, which: int, fn):
         """``fn`` recorded as a graph on part ``which``'s stream, its context current meanwhile."""
         ctx, stream = self.parts[which]
-        self.ok(self.cu.cuCtxPushCurrent(ctx))
+        # The _v2 entry points (cuda.h maps the names to them): call 4 ran the unversioned,
+        # CUDA 3-era symbols, which want a floating context and answered CUDA_ERROR_INVALID_CONTEXT.
+        self.ok(self.cu.cuCtxPushCurrent_v2(ctx))
         try:
             return record(fn, stream)
         finally:
             popped = ctypes.c_void_p()
-            self.ok(self.cu.cuCtxPopCurrent(ctypes.byref(popped)))
+            self.ok(self.cu.cuCtxPopCurrent_v2(ctypes.byref(popped)))
 
 
 def record(fn, stream):
