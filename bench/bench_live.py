@@ -14,9 +14,10 @@ time in 20 ms chunks. Parts:
   overlap 75) and the compute after it: that audio pushed at once, time to the first frame;
 * ``one_stream``: chunk latency (a window's last sample in -> its 5 frames encoded) p50/p95;
 * ``concurrency``: N real-time streams at once (started together, so their speech arrives in
-  step) for each N of ``--streams``, each ``--round-frames`` setting and each of ``--steps``: p95 chunk latency,
-  frames short of real time, stalls, and the runtime's rounds (frames, windows, motion / queue /
-  render times); ``max_realtime_streams`` is the largest N with p95 <= 200 ms and no drops;
+  step) for each N of ``--streams``, each ``--round-frames`` setting and each of ``--steps``:
+  p95 chunk latency, frames short of real time, stalls, and the runtime's rounds (frames,
+  windows, motion / queue / render times); ``max_realtime_streams`` is the largest N with p95
+  <= 200 ms and no drops;
 * ``av_sync``: every frame's audio slice against the pushed speech (offset in samples);
 * ``profile`` (with ``--profile DIR``): 3 s of N streams under torch.profiler for each N of
   ``--profile-streams``, the traces in DIR, the GPU's busy share, stream by stream, in the JSON;
