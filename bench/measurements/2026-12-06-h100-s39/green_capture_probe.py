@@ -7,7 +7,9 @@ a graph recorded on an ordinary stream seems to run on the whole device wherever
 Here both loads are CUDA graphs (a chain of 2,000 small GEMMs; 8 3x3 convs over 20 128x128x128
 images), recorded (a) on ordinary streams, (b) on the green streams with their green context
 current on the recording thread; each replayed on the green streams: the chain alone, the convs'
-rate alone, the chain beside a thread replaying the convs. Prints one JSON line.
+rate alone, the chain beside a thread replaying the convs. The chain also runs a Triton kernel
+every 100 GEMMs, and every kernel has run in the primary context before (b) records it: whether
+cuBLAS handles and Triton's loaded modules serve inside a green context. Prints one JSON line.
 """
 import ctypes
 import json
@@ -17,8 +19,18 @@ import time
 
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
 
 RES = 1024
+
+
+@triton.jit
+def _halve(x_ptr, n, BLOCK: tl.constexpr):
+    """A Triton kernel in the chain (Inductor's and ours launch through Triton's own loader)."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 0.5, mask=mask)
 
 
 class Green:
@@ -106,8 +118,10 @@ def main():
 
     def chain():
         y = y0
-        for _ in range(2000):
+        for i in range(2000):
             y = torch.addmm(y0, y, w)
+            if i % 100 == 99:
+                _halve[(triton.cdiv(y.numel(), 1024),)](y, y.numel(), BLOCK=1024)
 
     def convs():
         y = x
