@@ -660,7 +660,8 @@ class LiveRuntime:
             return
         # Recorded here whatever runs beside (a compile of the offline engine): not while serving.
         with torch.inference_mode(), recordings_wait():
-            kp = build_kp_condition(source.to(self.device))
+            device_source = source.to(self.device)  # uploaded once: the samplers' condition and the renders'
+            kp = build_kp_condition(device_source)
             cond = torch.zeros(1, WINDOW, self.pipeline.models.cond_dim, device=self.device)
             for setting in settings:
                 sampler = self.sampler(setting)
@@ -673,7 +674,6 @@ class LiveRuntime:
                         break
                     size = lmdm_batch(size + 1)
             self.hubert_windows.warm_up(_HUBERT_WINDOWS_PER_ROUND * self.max_streams)
-            device_source = source.to(self.device)
         # The worker threads' streams use what was recorded and uploaded here on this one.
         torch.cuda.synchronize(self.device)
         if hasattr(self.renderer, "warm_up"):
