@@ -33,16 +33,23 @@ def main():
     result["split"] = counts
     try:
         from torch.cuda.green_contexts import GreenContext
-        ctx = GreenContext.create(16, 0)
-        ctx.make_current()
+        ctx = GreenContext.create(num_sms=16, device_id=0)
+        # The method names changed between releases (make_current / set_context).
+        enter = getattr(ctx, "set_context", None) or ctx.make_current
+        leave = getattr(ctx, "pop_context", None) or ctx.pop_current
+        enter()
+        # Recorded on the green context's own stream where the release offers one (torch's
+        # pool streams belong to the context current when the pool was made: the primary one).
+        green_stream = ctx.Stream() if hasattr(ctx, "Stream") else torch.cuda.current_stream()
         try:
-            probe.chain(w, y0)
+            with torch.cuda.stream(green_stream):
+                probe.chain(w, y0)
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, stream=green_stream):
                 probe.chain(w, y0)
         finally:
-            ctx.pop_current()
+            leave()
     except Exception as e:
         result["record"] = f"{type(e).__name__}: {e}"[:400]
         print(json.dumps(result)); return
