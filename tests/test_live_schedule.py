@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 
 import numpy as np
 import pytest
@@ -161,11 +162,12 @@ def _split(samples: np.ndarray, sizes) -> list[np.ndarray]:
     return out
 
 
-async def _stream_all(runtime, jobs):
+async def _stream_all(runtime, jobs, overlap=75):
     """Run streams concurrently: ``jobs`` = [(source, options, chunks)]; returns each one's frames."""
 
     async def one(source, options, chunks):
-        async with AvatarStream(runtime, source, options, StreamConfig(output="rgb", idle=False)) as stream:
+        config = StreamConfig(output="rgb", idle=False, overlap=overlap)
+        async with AvatarStream(runtime, source, options, config) as stream:
             for chunk in chunks:
                 stream.push_audio(chunk, 16000)
                 await asyncio.sleep(0)
@@ -176,8 +178,10 @@ async def _stream_all(runtime, jobs):
 
 
 @pytest.mark.slow  # the per-frame float64 stitch loop: about 5 s on 2 cores
-def test_streamed_motion_equals_the_online_reference(pipeline, stub_weights, blink_table):
-    """Two streams at once (batched windows), irregular chunk sizes, every frame against the reference."""
+@pytest.mark.parametrize("overlap", [75, 70, 78])
+def test_streamed_motion_equals_the_online_reference(pipeline, stub_weights, blink_table, overlap):
+    """Two streams at once (batched windows), irregular chunk sizes, every frame against the
+    reference; at Ditto's online overlap (75: 5 frames a window) and at 10 and 2 frames a window."""
     runtime = LiveRuntime(pipeline, max_streams=2, renderer=RecordingRenderer())
     sampler = ProjectionSampler()
     runtime.sampler = lambda options: sampler
@@ -190,7 +194,8 @@ def test_streamed_motion_equals_the_online_reference(pipeline, stub_weights, bli
         (random_source(4, is_image=False, seed=3), MotionOptions(emo=((3,), (4,), (1, 2))),
          0.1 * g.standard_normal(11111), [6480, 3200, 17]),
     ]
-    results = asyncio.run(_stream_all(runtime, [(s, o, _split(a.astype(np.float32), sz)) for s, o, a, sz in cases]))
+    jobs = [(s, o, _split(a.astype(np.float32), sz)) for s, o, a, sz in cases]
+    results = asyncio.run(_stream_all(runtime, jobs, overlap))
     runtime.shutdown()
     assert max(sampler.batches) == 2  # the two streams' windows went through one call
 
@@ -198,10 +203,10 @@ def test_streamed_motion_equals_the_online_reference(pipeline, stub_weights, bli
     try:
         for (stream_id, frames), (src, opts, audio, _) in zip(results, cases):
             vectors, d0 = _reference_online(audio.astype(np.float32), stub_weights, src,
-                                            opts.emo if isinstance(opts.emo[0], tuple) else (opts.emo,), 75)
+                                            opts.emo if isinstance(opts.emo[0], tuple) else (opts.emo,), overlap)
             n = len(vectors)
-            # 5 frames per 3200 samples (the 1920-sample lead-in counted) + the final window's 5
-            assert n == 5 * math.ceil((len(audio) + 1920) / 3200) + 5
+            if overlap == 75:  # 5 frames per 3200 samples (the 1920-sample lead-in counted) + the final window's 5
+                assert n == 5 * math.ceil((len(audio) + 1920) / 3200) + 5
             assert [f.index for f in frames] == list(range(n))
             assert [f.pts for f in frames] == pytest.approx([i / 25 for i in range(n)])
             recorded = sorted(runtime.renderer.motions[stream_id], key=lambda r: r[0])
@@ -355,3 +360,65 @@ def test_speech_pushed_at_once_waits_as_samples_not_as_features(pipeline, monkey
     assert len(held) == math.ceil((len(speech) + 1920) / 3200)  # every HuBERT window went in
     assert max(held) <= W + 5  # the next two windows' rows (overlap 75: 5 new rows a window)
     assert [f.index for f in frames] == list(range(5 * math.ceil((len(speech) + 1920) / 3200) + 5))
+
+
+class _ReadyTimes(RecordingRenderer):
+    """Keeps each job's ``ready_since`` (what its chunk latency counts from) by first frame."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ready: dict[int, float] = {}
+
+    def render(self, jobs):
+        for job in jobs:
+            self.ready[job.first_frame] = job.ready_since
+        return super().render(jobs)
+
+
+@pytest.mark.parametrize("overlap", [75, 70, 78])
+def test_each_chunk_is_timed_from_the_speech_its_window_read(pipeline, overlap):
+    """A chunk's latency counts from the arrival of the speech behind the newest feature row its
+    LMDM window read, whatever the overlap: a window moves on 80 - overlap rows, so at 70 it reads
+    two HuBERT windows' new rows and at 78 it shares one with the next. (One arrival time a HuBERT
+    window, taken one an LMDM window, once timed 70's chunks from ever older speech and kept a
+    time for every other HuBERT window for the stream's life.)"""
+    renderer = _ReadyTimes()
+    runtime = LiveRuntime(pipeline, max_streams=1, renderer=renderer)
+    runtime.sampler = lambda options: ProjectionSampler()
+    speech = (0.1 * np.random.default_rng(5).standard_normal(20 * 3200)).astype(np.float32)
+    pushed = []  # (time before, time after) each 3200-sample push
+
+    async def run():
+        config = StreamConfig(output="rgb", idle=False, overlap=overlap)
+        async with AvatarStream(runtime, random_source(1, is_image=True, seed=6), MotionOptions(), config) as stream:
+            async def push():
+                for k in range(0, len(speech), 3200):
+                    before = time.monotonic()
+                    stream.push_audio(speech[k : k + 3200], 16000)
+                    pushed.append((before, time.monotonic()))
+                    await asyncio.sleep(0.02)
+                pushed.append((time.monotonic(), None))
+                stream.end()
+
+            pushing = asyncio.create_task(push())
+            frames = [f async for f in stream]
+            await pushing
+            return frames, stream._state
+
+    frames, state = asyncio.run(run())
+    runtime.shutdown()
+    assert [f.index for f in frames] == list(range(len(frames))) and len(frames) > 60
+    assert not state.window_times  # nothing kept past the stream's last window
+    hop = W - overlap
+    checked = 0
+    for first, ready in renderer.ready.items():
+        rows_end = first + 2 * hop  # the window releasing frames from ``first`` reads rows up to here
+        hubert = math.ceil(rows_end / 5) - 1  # the HuBERT window giving that row (5 rows each)
+        needed = hubert * 3200 + 6480 - 1920  # its last sample, the 1920-sample lead-in left out
+        if needed > len(speech):  # completed with the end's zeros: timed when they were taken
+            assert ready >= pushed[-1][0]
+            continue
+        before, after = pushed[(needed - 1) // 3200]
+        assert before <= ready <= after, (first, needed)
+        checked += 1
+    assert checked >= 5

@@ -538,7 +538,8 @@ class LiveRuntime:
             if not state.audio.has_window() or ahead >= wanted:
                 break
             needed = state.audio.windows_done * state.audio.hop + state.audio.window.num_samples - state.audio.lead_in
-            state.window_times.append(self._arrival(state, needed, now))
+            rows_end = (state.audio.windows_done + 1) * state.audio.window.valid
+            state.window_times.append((rows_end, self._arrival(state, needed, now)))
             windows.append(state.audio.next_window())
         return windows
 
@@ -555,6 +556,23 @@ class LiveRuntime:
         while state.push_times and state.push_times[0][0] < sample:
             state.push_times.popleft()
         return state.push_times[0][1] if state.push_times else now
+
+    @staticmethod
+    def _window_ready(state: StreamState, rows_end: int, now: float) -> float:
+        """When the speech of an LMDM window reading feature rows up to ``rows_end`` had arrived:
+        that of the HuBERT window giving its newest row (now, past the last one: the end's
+        zeros). A window moves the schedule on ``80 - overlap`` rows, so it may read several
+        HuBERT windows' new rows (overlap < 75) or share one with the next (overlap > 75);
+        the HuBERT windows whose rows it read to the last are forgotten."""
+        times = state.window_times
+        while len(times) > 1 and times[0][0] < rows_end:
+            times.popleft()
+        if not times:
+            return now
+        last_row, arrival = times[0]
+        if last_row <= rows_end:
+            times.popleft()
+        return arrival
 
     def _motion_round(self, streams: list[StreamState]) -> list[RenderJob]:
         now = time.monotonic()
@@ -687,7 +705,7 @@ class LiveRuntime:
         still to be stitched) and their (k, 265) motion vectors; None when it releases none."""
         first = state.motion.frames_out
         vectors = state.motion.accept(window, pred)
-        ready = state.window_times.popleft() if state.window_times else now
+        ready = self._window_ready(state, window.rows_end, now)
         if vectors.shape[0] == 0:
             return None
         start = first * SAMPLES_PER_FRAME

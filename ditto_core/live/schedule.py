@@ -133,6 +133,7 @@ class MotionWindow:
     kp_cond: Tensor  # (1, 265) float32 reference frame
     cond: Tensor  # (80, C) float32 per-frame conditions
     valid: int  # Ditto's ``real_valid_len``: frames this window moves the schedule on
+    rows_end: int  # speech feature rows (frames, from the stream's first) this window reads: its newest + 1
 
 
 ConditionBuilder = Callable[[Tensor, int], Tensor]
@@ -223,7 +224,8 @@ class OnlineMotion:
         feats = self._feats[:WINDOW]
         if feats.shape[0] < WINDOW:
             feats = torch.cat([feats, feats[-1:].expand(WINDOW - feats.shape[0], -1)])
-        return MotionWindow(kp_cond=self._kp_cond, cond=self._build_cond(feats, self._frame), valid=valid)
+        return MotionWindow(kp_cond=self._kp_cond, cond=self._build_cond(feats, self._frame), valid=valid,
+                            rows_end=self._frame + WINDOW)
 
     def accept(self, window: MotionWindow, pred: Tensor) -> Tensor:
         """Join the sampled window ``pred`` (80, 265); returns the motion frames it releases (k, 265)."""

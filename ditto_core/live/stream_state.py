@@ -96,7 +96,9 @@ class StreamState:
     backlog: int = 0  # frames made (or in flight) that the client has not taken
     closed: bool = False
     finished: bool = False  # the end marker was queued for rendering
-    window_times: deque = field(default_factory=deque)  # arrival time of each HuBERT window's last sample
+    # (speech feature rows after each HuBERT window, arrival time of its last sample), until no LMDM
+    # window reads that HuBERT window's rows any more
+    window_times: deque = field(default_factory=deque)
     push_times: deque = field(default_factory=deque)  # (speech sample position reached, time)
     next_silence: float = 0.0
     stalled_since: Optional[float] = None
