@@ -14,7 +14,8 @@ time in 20 ms chunks. Parts:
   overlap 75) and the compute after it: that audio pushed at once, time to the first frame;
 * ``one_stream``: chunk latency (a window's last sample in -> its 5 frames encoded) p50/p95;
 * ``concurrency``: N real-time streams at once (started together, so their speech arrives in
-  step) for each N of ``--streams``, each ``--round-frames`` setting and each of ``--steps``:
+  step) for each N of ``--streams``, each ``--round-frames`` setting, each of ``--steps`` and
+  each LMDM ``--overlap`` (75: a window every 5 frames; 70: every 10, half the LMDM's work):
   p95 chunk latency, frames short of real time, stalls, and the runtime's rounds (frames,
   windows, motion / queue / render times); ``max_realtime_streams`` is the largest N with p95
   <= 200 ms and no drops;
@@ -45,6 +46,9 @@ from ditto_core.gc_pauses import CollectorPauses
 from ditto_core.live import AvatarStream, LiveRuntime, StreamConfig
 from ditto_core.live.admission import MAX_LOAD
 from ditto_core.live.runtime import quantile
+from ditto_core.live.schedule import OnlineMotion
+from ditto_core.models.keypoints import MOTION_DIM
+from ditto_core.models.lmdm import WINDOW
 from ditto_core.motion.motion_options import MotionOptions
 from ditto_core.pipeline import DittoPipeline
 from ditto_core.precision import NETWORK_PRECISIONS, network_dtype
@@ -158,29 +162,32 @@ def profile_stream(runtime, source, options, config, out_dir: Path, streams: int
 
 
 def concurrency(runtime, source, options, config, counts, seconds, round_frames=(None,), hubert_priorities=(None,),
-                render_frames=(None,), every_level=False, steps=(None,)):
+                render_frames=(None,), every_level=False, steps=(None,), overlaps=(None,)):
     """N streams in step for each N of ``counts``, under each ``round_frames`` setting of the
     runtime (None: its default), each CUDA priority of its HuBERT windows' stream (None: the
-    runtime's), each ``render_frames`` (None: rounds never joined) and each of the DDIM ``steps``
-    the runtime was warmed up for (None: ``options.steps``), side by side; a setting stops at its
-    first N missed unless ``every_level`` (settings meant for a saturated device, compared where
-    they act)."""
+    runtime's), each ``render_frames`` (None: rounds never joined), each of the DDIM ``steps``
+    the runtime was warmed up for (None: ``options.steps``) and each LMDM overlap of the streams
+    (None: ``config.overlap``), side by side; a setting stops at its first N missed unless
+    ``every_level`` (settings meant for a saturated device, compared where they act)."""
     variants, default, stream = {}, runtime.round_frames, runtime.hubert_windows.stream
     default_render = runtime.render_frames
-    for setting, priority, joined, n_steps in itertools.product(round_frames, hubert_priorities, render_frames, steps):
+    for setting, priority, joined, n_steps, overlap in itertools.product(round_frames, hubert_priorities, render_frames,
+                                                                          steps, overlaps):
         runtime.round_frames = setting or default
         runtime.render_frames = joined
         if priority is not None and stream is not None:  # the recorded graphs replay on any stream
             runtime.hubert_windows.stream = torch.cuda.Stream(runtime.device, priority=priority)
         stream_options = options if n_steps is None else replace(options, steps=n_steps)
+        stream_config = config if overlap is None else replace(config, overlap=overlap)
         name = (f"round_frames={runtime.round_frames}" + (f",hubert_priority={priority}" if priority is not None else "")
                 + (f",render_frames={joined}" if joined is not None else "")
-                + (f",steps={n_steps}" if len(steps) > 1 else ""))
+                + (f",steps={n_steps}" if len(steps) > 1 else "")
+                + (f",overlap={overlap}" if len(overlaps) > 1 else ""))
         levels = []
         for n in counts:
             if n > runtime.max_streams:
                 break
-            level = _concurrency_level(runtime, source, stream_options, config, n, seconds)
+            level = _concurrency_level(runtime, source, stream_options, stream_config, n, seconds)
             print({"variant": name, **level}, flush=True)
             levels.append(level)
             if not level["realtime_ok"] and not every_level:
@@ -206,7 +213,7 @@ def _concurrency_level(runtime, source, options, config, n, seconds):
     with CollectorPauses() as pauses:
         results = asyncio.run(run())
     wall = time.monotonic() - start
-    expected = 5 * math.ceil((int(seconds * 16000) + 1920) / 3200) + 5
+    expected = _frames_released(int(seconds * 16000), config.overlap)
     p95 = [r[1]["chunk_latency_p95_s"] for r in results]
     short = sum(max(0, expected - len(r[0])) for r in results)
     gaps = sum(1 for r in results if r[0] != list(range(len(r[0]))))
@@ -215,6 +222,19 @@ def _concurrency_level(runtime, source, options, config, n, seconds):
             "frames_missing": short, "streams_with_gaps": gaps, "wall_s": round(wall, 2),
             "load": _load(runtime), "collector": _rounded(pauses.stages()),
             "realtime_ok": max(p95) <= 0.2 and short == 0 and gaps == 0, "rounds": runtime.round_stats()}
+
+
+def _frames_released(samples: int, overlap: int) -> int:
+    """Frames Ditto's online schedule shows for ``samples`` of speech: the schedule itself run on
+    zero features (with overlap 75, 5 a HuBERT window and the final window's 5)."""
+    hubert_windows = math.ceil((samples + 1920) / 3200)
+    motion = OnlineMotion(torch.zeros(overlap, 1024), torch.zeros(1, MOTION_DIM), lambda features, first: features,
+                          overlap=overlap)
+    motion.push(torch.zeros(5 * hubert_windows, 1024))
+    motion.end()
+    while (window := motion.next_window()) is not None:
+        motion.accept(window, torch.zeros(WINDOW, MOTION_DIM))
+    return motion.frames_out
 
 
 def _rounded(stages: dict[str, float]) -> dict[str, float]:
@@ -309,6 +329,9 @@ def main() -> None:
     parser.add_argument("--render-frames", type=int, nargs="+", default=[0],
                         help="LiveRuntime render_frames settings compared in the concurrency part (0: rounds never "
                              "joined; e.g. 80: a round queued behind the one rendered joins it up to 80 frames)")
+    parser.add_argument("--overlap", type=int, nargs="+", default=[None],
+                        help="LMDM overlaps of the streams compared in the concurrency part (default: StreamConfig's "
+                             "75, Ditto's online setting; e.g. 75 70: a window every 5 frames against every 10)")
     parser.add_argument("--every-level", action="store_true",
                         help="run every --streams count of the concurrency part, past the first that misses real time")
     parser.add_argument("--minutes", type=float, default=5.0, help="speech in the long-stream memory part")
@@ -371,7 +394,7 @@ def main() -> None:
             "concurrency": lambda: concurrency(runtime, source, options, config, args.streams, args.seconds,
                                                [r or None for r in args.round_frames], args.hubert_priority,
                                                [r or None for r in args.render_frames], args.every_level,
-                                               args.steps),
+                                               args.steps, args.overlap),
             "long_stream": lambda: long_stream(runtime, source, options, config, args.minutes, progress=partial_long),
         }
 
