@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 
+from bench.bench_live import _frames_released
 from ditto_core.audio.hubert import HUBERT_ONNX_NAME
 from ditto_core.live import AvatarStream, LiveRuntime, OnlineAudio, StreamConfig
 from ditto_core.live.runtime import lmdm_batch
@@ -207,6 +208,7 @@ def test_streamed_motion_equals_the_online_reference(pipeline, stub_weights, bli
             n = len(vectors)
             if overlap == 75:  # 5 frames per 3200 samples (the 1920-sample lead-in counted) + the final window's 5
                 assert n == 5 * math.ceil((len(audio) + 1920) / 3200) + 5
+            assert n == _frames_released(len(audio), overlap)  # what bench_live expects of every stream
             assert [f.index for f in frames] == list(range(n))
             assert [f.pts for f in frames] == pytest.approx([i / 25 for i in range(n)])
             recorded = sorted(runtime.renderer.motions[stream_id], key=lambda r: r[0])
