@@ -1,0 +1,23 @@
+#!/bin/bash
+# Session 40, call 3: the live render in a green context over all SMs but 16 (LiveRuntime
+# motion_sms=16: the render's compiled steps as plain Inductor kernels on the green context's
+# stream, the LMDM windows' graphs free to use the 16 SMs set apart), against main, one process
+# each on this machine, JPEG, 25 steps, 10 and 12 streams, every level.
+# Carry [".whl", ".carry/shared/data", ".carry/shared/reference/make_checkpoints.py",
+#        ".carry/shared/reference/weights_manifest.json", ".carry/shared/reference/checkpoint_digests_seed0.json"].
+set -u
+START=$(date +%s)
+OUT=$(cd "$OUT" && pwd)
+S39=bench/measurements/2026-12-06-h100-s39
+left() { echo $(($1 - $(date +%s) + START)); }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+NEED_HUBERT=1 . bench/measurements/2026-12-04-h200-s19/preamble.sh > /dev/null
+echo "preamble s $(( $(date +%s) - START ))"
+timeout $(left 300) python3 -m bench.bench_live --hubert $H --every-level --seconds 10 --motion-sms 16 \
+  --parts concurrency --streams 10 12 --out $OUT/live_green.json > $OUT/live_green.log 2>&1
+echo "green rc $? s $(( $(date +%s) - START ))"; grep -iE "error|Unavailable" $OUT/live_green.log | head -3 | cut -c1-300
+python3 $S39/summarise_live.py green=$OUT/live_green.json
+timeout $(left 530) python3 -m bench.bench_live --hubert $H --every-level --seconds 10 \
+  --parts concurrency --streams 10 12 --out $OUT/live_main.json > $OUT/live_main.log 2>&1
+echo "main rc $? s $(( $(date +%s) - START ))"
+python3 $S39/summarise_live.py main=$OUT/live_main.json
