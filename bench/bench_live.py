@@ -332,9 +332,6 @@ def main() -> None:
     parser.add_argument("--overlap", type=int, nargs="+", default=[None],
                         help="LMDM overlaps of the streams compared in the concurrency part (default: StreamConfig's "
                              "75, Ditto's online setting; e.g. 75 70: a window every 5 frames against every 10)")
-    parser.add_argument("--motion-sms", type=int, default=None,
-                        help="SMs set apart from the render for the motion thread (LiveRuntime(motion_sms=N): the "
-                             "render in a green context over the others, without CUDA graphs)")
     parser.add_argument("--every-level", action="store_true",
                         help="run every --streams count of the concurrency part, past the first that misses real time")
     parser.add_argument("--minutes", type=float, default=5.0, help="speech in the long-stream memory part")
@@ -366,7 +363,7 @@ def main() -> None:
         source = pipeline.register(frames, RegistrationOptions(detect_face=args.models is not None), is_image=is_image)
         # No load limit: the benchmark measures past what the device sustains.
         runtime = LiveRuntime(pipeline, max_streams=max(args.streams), renderer=_NoiseRenderer() if args.quick else None,
-                              stitch_graphs=args.stitch_graphs, max_load=None, motion_sms=args.motion_sms)
+                              stitch_graphs=args.stitch_graphs, max_load=None)
         options = MotionOptions(steps=args.steps[0], sampler_precision=args.lmdm_precision,
                                 sampler_compile=not args.no_lmdm_compile and compile_ok)
         config = StreamConfig(output=args.output, max_size=args.max_size, idle=False)
@@ -378,7 +375,7 @@ def main() -> None:
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "torch": torch.__version__, "precision": args.precision, "steps": args.steps,
             "lmdm_precision": args.lmdm_precision, "lmdm_compile": options.sampler_compile,
-            "stitch_graphs": args.stitch_graphs, "motion_sms": args.motion_sms,
+            "stitch_graphs": args.stitch_graphs,
             "hubert": str(args.hubert or "stand-in"), "hubert_provider": runtime.hubert.execution_provider,
             "output": args.output, "frame_size": list(config.frame_size(*source.frames.shape[1:3])),
             "setup_s": round(loaded - setup, 1), "warm_up_s": round(time.monotonic() - loaded, 1),

@@ -150,38 +150,6 @@ def test_a_streams_frames_do_not_depend_on_the_streams_beside_it(live_uncompiled
     assert any(int((a.int() - b.int()).abs().max()) > 0 for a, b in zip(first, others[0]))  # speech does matter
 
 
-def test_a_runtime_with_sms_set_apart_renders_the_same_frames(live_uncompiled):
-    """``motion_sms``: the render thread works in a green context over the other SMs (its own
-    stream, the cuBLAS / cuDNN handles it makes there); its frames are the default runtime's,
-    and a second such runtime takes the same partition rather than a new one."""
-    runtime, source = live_uncompiled
-    config = StreamConfig(output="rgb", max_size=256, idle=False)
-    speech = _speech(2.0, seed=7)
-    apart = LiveRuntime(runtime.pipeline, max_streams=2, max_load=None, motion_sms=16)
-    try:
-        partition = apart._partition
-        print(f"SMs: {partition.total_sms} = {partition.set_apart_sms} apart + {partition.sms} for the render")
-        assert partition.set_apart_sms >= 16 and partition.sms + partition.set_apart_sms <= partition.total_sms
-        again = LiveRuntime(runtime.pipeline, max_streams=1, max_load=None, motion_sms=16)
-        assert again._partition is partition
-        again.shutdown()
-        apart.warm_up(source, UNCOMPILED, several_avatars=False)
-
-        async def frames(on):
-            async with AvatarStream(on, source, UNCOMPILED, config) as stream:
-                stream.push_audio(speech, 16000)
-                stream.end()
-                return [frame.image.clone() async for frame in stream]
-
-        mine, default = asyncio.run(frames(apart)), asyncio.run(frames(runtime))
-    finally:
-        apart.shutdown()
-    assert len(mine) == len(default) > 40
-    worst = max(int((a.int() - b.int()).abs().max()) for a, b in zip(mine, default))
-    print(f"largest pixel difference against the default runtime: {worst}")
-    assert worst <= 2  # another SM count may pick other kernels, rounding differently; a fault breaks frames
-
-
 def test_h264_streams_get_the_rgb_streams_frames_through_the_device_conversion(live_uncompiled):
     """An H.264 stream's frames are converted to yuv420p on the GPU by the render thread; decoded
     as the stream's BT.709 tags say, they are the frames an RGB stream of the same speech gets."""

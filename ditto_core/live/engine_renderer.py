@@ -47,11 +47,9 @@ def cheapest_batches(frames: int, costs: Mapping[int, float]) -> list[int]:
 class EngineRenderer:
     """Warp+decode of a round's frames in cross-stream batches, then put-back and scaling per stream."""
 
-    def __init__(self, models, compile: bool, batch_ladder: tuple[int, ...] = BATCH_LADDER,
-                 cuda_graphs: bool = True) -> None:
+    def __init__(self, models, compile: bool, batch_ladder: tuple[int, ...] = BATCH_LADDER) -> None:
         self.models = models
         self.compile = compile
-        self.cuda_graphs = cuda_graphs  # off: plain Inductor kernels (a green context's render)
         self.ladder = tuple(sorted(batch_ladder))
         self._engines: dict[int, WarpDecodeEngine] = {}
         # Seconds a batch of each ladder size takes, measured at the warm-up of compiled engines
@@ -63,8 +61,7 @@ class EngineRenderer:
         size = next((b for b in self.ladder if b >= frames), self.ladder[-1])
         if size not in self._engines:
             self._engines[size] = WarpDecodeEngine(
-                self.models.warp_network, self.models.decoder, batch_size=size, compile=self.compile,
-                cuda_graphs=self.cuda_graphs,
+                self.models.warp_network, self.models.decoder, batch_size=size, compile=self.compile
             )
         return self._engines[size]
 

@@ -44,7 +44,6 @@ from ..audio.hubert import HubertFeatureExtractor
 from ..audio.window_graphs import LiveWindowEncoder
 from ..cuda_graphs import recordings_wait
 from ..errors import DittoError, InputError
-from ..green_contexts import SmPartition
 from ..models.keypoints import MOTION_DIM
 from ..models.lmdm import WINDOW
 from ..motion.conditions import build_conditions, build_kp_condition
@@ -144,12 +143,6 @@ class LiveRuntime:
             whatever the cost (a benchmark measuring past what the device sustains). Until a
             second of video has been rendered there is nothing measured: streams opened at once
             on an idle runtime are admitted on ``max_streams`` alone.
-        motion_sms: on CUDA, SMs set apart from the render (a green context over the others holds
-            the render thread's work, :class:`~ditto_core.green_contexts.SmPartition`): the motion
-            thread's LMDM windows, whose small kernels otherwise wait for SMs behind the render's
-            convolutions, find them free. The render then runs its compiled steps without CUDA
-            graphs (torch records those on a stream of its own, and a recorded graph runs on every
-            SM). None (the default): the render uses every SM.
     """
 
     def __init__(
@@ -157,7 +150,7 @@ class LiveRuntime:
         encoder_threads: int = 4, compile: Optional[bool] = None, batch_ladder: tuple[int, ...] = BATCH_LADDER,
         sampler_factory: Optional[Callable[[MotionOptions], DDIMSampler]] = None, stitch_graphs: bool = False,
         round_frames: Optional[int] = None, max_load: Optional[float] = MAX_LOAD,
-        render_frames: Optional[int] = None, motion_sms: Optional[int] = None,
+        render_frames: Optional[int] = None,
     ) -> None:
         if not (isinstance(max_streams, int) and max_streams >= 1):
             raise InputError(f"max_streams must be a positive integer, got {max_streams!r}.")
@@ -172,13 +165,6 @@ class LiveRuntime:
         self.render_frames = render_frames
         self.pipeline = pipeline
         self.device = pipeline.device
-        if motion_sms is not None:
-            if not (isinstance(motion_sms, int) and not isinstance(motion_sms, bool) and motion_sms >= 1):
-                raise InputError(f"motion_sms must be a positive integer or None, got {motion_sms!r}.")
-            if self.device.type != "cuda":
-                raise InputError(f"motion_sms sets SMs of a CUDA GPU apart; the pipeline runs on {self.device}: "
-                                 "leave it unset.")
-        self._partition = None if motion_sms is None else SmPartition.shared(self.device, motion_sms)
         self.max_streams = max_streams
         models = pipeline.models
         offline = pipeline.hubert
@@ -186,8 +172,7 @@ class LiveRuntime:
         # module (one copy of 315 M weights in VRAM); an onnxruntime session binds its own
         # input/output buffers, so the runtime opens a session of its own from the same file.
         self.hubert = offline if offline.backend == "torch" else HubertFeatureExtractor(offline.model_path, offline.device)
-        self.renderer = renderer or EngineRenderer(models, pipeline.compile if compile is None else compile, batch_ladder,
-                                                   cuda_graphs=self._partition is None)
+        self.renderer = renderer or EngineRenderer(models, pipeline.compile if compile is None else compile, batch_ladder)
         self._samplers: dict[tuple, DDIMSampler] = {}
         # The sampler settings (_sampler_key) the warm-up recorded, the only ones served after it;
         # None before a warm-up (nothing recorded ahead: a stream's sampler records as it comes).
@@ -227,8 +212,7 @@ class LiveRuntime:
         """
         if self.device.type != "cuda":
             return None, None
-        render = torch.cuda.Stream(self.device) if self._partition is None else self._partition.stream
-        return torch.cuda.Stream(self.device, priority=MOTION_PRIORITY), render
+        return torch.cuda.Stream(self.device, priority=MOTION_PRIORITY), torch.cuda.Stream(self.device)
 
     # -- streams ------------------------------------------------------------------------------
 
@@ -774,8 +758,7 @@ class LiveRuntime:
     def _render_loop(self) -> None:
         try:
             _cudagraph_thread_state()
-            partition = nullcontext() if self._partition is None else self._partition.current()
-            with partition, _on_stream(self._render_stream), torch.inference_mode():
+            with _on_stream(self._render_stream), torch.inference_mode():
                 while True:
                     with self._render_ready:
                         while not self._render_queue and not self._stopping:

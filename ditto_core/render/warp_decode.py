@@ -164,10 +164,6 @@ class WarpDecodeEngine(nn.Module):
             short clip (see docs/PERFORMANCE.md). 0: every clip may compile. A cached AOT
             package is no compile: it serves clips of any length.
         aot_cache: where the ``"aot"`` modes keep packages (default: the user cache's ``aot``).
-        cuda_graphs: ``False`` runs ``"foreground"``'s compiled step as plain Inductor kernels,
-            for work that must keep to the SMs of the stream it is launched on (a green context's:
-            torch's graph trees record on a stream of their own, and the graph then runs on
-            every SM).
     """
 
     def __init__(
@@ -181,7 +177,6 @@ class WarpDecodeEngine(nn.Module):
         warmup: str = "foreground",
         compile_min_frames: int = 0,
         aot_cache: Optional[PackageCache] = None,
-        cuda_graphs: bool = True,
     ) -> None:
         super().__init__()
         if warmup not in WARMUP_MODES:
@@ -195,7 +190,6 @@ class WarpDecodeEngine(nn.Module):
         self.first_batch = first_batch
         self.warmup = warmup
         self.compile_min_frames = compile_min_frames
-        self.cuda_graphs = cuda_graphs
         ok, why = compile_available(self.device) if compile else (False, "compile is off")
         self.stats = EngineStats(compiled=ok, batch_size=self.batch_size, reason_eager=why, warmup=warmup)
         self._step: Optional[Callable[[Tensor, Tensor, Tensor], Tensor]] = None
@@ -241,9 +235,8 @@ class WarpDecodeEngine(nn.Module):
     def _graph_trees(self) -> bool:
         """Whether the compiled step runs from torch's CUDA-graph trees: ``"foreground"``, unless the
         process allocates through ``cudaMallocAsync`` (ComfyUI's default: see
-        :func:`uses_cuda_malloc_async`) or ``cuda_graphs`` is off; there it runs as plain Inductor
-        kernels, as in ``"background"``."""
-        return self.cuda_graphs and self.warmup == "foreground" and not uses_cuda_malloc_async(self.device)
+        :func:`uses_cuda_malloc_async`); there it runs as plain Inductor kernels, as in ``"background"``."""
+        return self.warmup == "foreground" and not uses_cuda_malloc_async(self.device)
 
     @property
     def _aot(self) -> bool:
