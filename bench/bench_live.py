@@ -15,7 +15,8 @@ time in 20 ms chunks. Parts:
 * ``one_stream``: chunk latency (a window's last sample in -> its 5 frames encoded) p50/p95;
 * ``concurrency``: N real-time streams at once (started together, so their speech arrives in
   step) for each N of ``--streams``, each ``--round-frames`` setting, each of ``--steps`` and
-  each LMDM ``--overlap`` (75: a window every 5 frames; 70: every 10, half the LMDM's work):
+  each LMDM ``--overlap`` (75: a window every 5 frames; 70: every 10, half the LMDM's work) and
+  each ``--round-interval`` (seconds between motion rounds, at least: more windows a LMDM call):
   p95 chunk latency, frames short of real time, stalls, and the runtime's rounds (frames,
   windows, motion / queue / render times); ``max_realtime_streams`` is the largest N with p95
   <= 200 ms and no drops;
@@ -162,19 +163,21 @@ def profile_stream(runtime, source, options, config, out_dir: Path, streams: int
 
 
 def concurrency(runtime, source, options, config, counts, seconds, round_frames=(None,), hubert_priorities=(None,),
-                render_frames=(None,), every_level=False, steps=(None,), overlaps=(None,)):
+                render_frames=(None,), every_level=False, steps=(None,), overlaps=(None,), intervals=(None,)):
     """N streams in step for each N of ``counts``, under each ``round_frames`` setting of the
     runtime (None: its default), each CUDA priority of its HuBERT windows' stream (None: the
     runtime's), each ``render_frames`` (None: rounds never joined), each of the DDIM ``steps``
     the runtime was warmed up for (None: ``options.steps``) and each LMDM overlap of the streams
-    (None: ``config.overlap``), side by side; a setting stops at its first N missed unless
+    (None: ``config.overlap``) and each ``round_interval`` of the runtime (None: its own), side
+    by side; a setting stops at its first N missed unless
     ``every_level`` (settings meant for a saturated device, compared where they act)."""
     variants, default, stream = {}, runtime.round_frames, runtime.hubert_windows.stream
-    default_render = runtime.render_frames
-    for setting, priority, joined, n_steps, overlap in itertools.product(round_frames, hubert_priorities, render_frames,
-                                                                          steps, overlaps):
+    default_render, default_interval = runtime.render_frames, runtime.round_interval
+    for setting, priority, joined, n_steps, overlap, interval in itertools.product(
+            round_frames, hubert_priorities, render_frames, steps, overlaps, intervals):
         runtime.round_frames = setting or default
         runtime.render_frames = joined
+        runtime.round_interval = default_interval if interval is None else interval
         if priority is not None and stream is not None:  # the recorded graphs replay on any stream
             runtime.hubert_windows.stream = torch.cuda.Stream(runtime.device, priority=priority)
         stream_options = options if n_steps is None else replace(options, steps=n_steps)
@@ -182,7 +185,8 @@ def concurrency(runtime, source, options, config, counts, seconds, round_frames=
         name = (f"round_frames={runtime.round_frames}" + (f",hubert_priority={priority}" if priority is not None else "")
                 + (f",render_frames={joined}" if joined is not None else "")
                 + (f",steps={n_steps}" if len(steps) > 1 else "")
-                + (f",overlap={overlap}" if len(overlaps) > 1 else ""))
+                + (f",overlap={overlap}" if len(overlaps) > 1 else "")
+                + (f",round_interval={interval}" if len(intervals) > 1 else ""))
         levels = []
         for n in counts:
             if n > runtime.max_streams:
@@ -195,7 +199,8 @@ def concurrency(runtime, source, options, config, counts, seconds, round_frames=
         ok = [lv["streams"] for lv in levels if lv["realtime_ok"]]
         variants[name] = {"levels": levels, "max_realtime_streams": max(ok) if ok else 0}
         runtime.hubert_windows.stream = stream
-    runtime.round_frames, runtime.render_frames = default, default_render  # the parts after this one: as made
+    # the parts after this one: as made
+    runtime.round_frames, runtime.render_frames, runtime.round_interval = default, default_render, default_interval
     best = max(v["max_realtime_streams"] for v in variants.values())
     return {"variants": variants, "max_realtime_streams": best, "goal_streams": 12}
 
@@ -332,6 +337,9 @@ def main() -> None:
     parser.add_argument("--overlap", type=int, nargs="+", default=[None],
                         help="LMDM overlaps of the streams compared in the concurrency part (default: StreamConfig's "
                              "75, Ditto's online setting; e.g. 75 70: a window every 5 frames against every 10)")
+    parser.add_argument("--round-interval", type=float, nargs="+", default=[None],
+                        help="LiveRuntime round_interval settings compared in the concurrency part (seconds between "
+                             "motion rounds, at least; e.g. 0 0.1)")
     parser.add_argument("--every-level", action="store_true",
                         help="run every --streams count of the concurrency part, past the first that misses real time")
     parser.add_argument("--minutes", type=float, default=5.0, help="speech in the long-stream memory part")
@@ -394,7 +402,7 @@ def main() -> None:
             "concurrency": lambda: concurrency(runtime, source, options, config, args.streams, args.seconds,
                                                [r or None for r in args.round_frames], args.hubert_priority,
                                                [r or None for r in args.render_frames], args.every_level,
-                                               args.steps, args.overlap),
+                                               args.steps, args.overlap, args.round_interval),
             "long_stream": lambda: long_stream(runtime, source, options, config, args.minutes, progress=partial_long),
         }
 

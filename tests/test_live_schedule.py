@@ -22,6 +22,7 @@ import torch
 
 from bench.bench_live import _frames_released
 from ditto_core.audio.hubert import HUBERT_ONNX_NAME
+from ditto_core.errors import InputError
 from ditto_core.live import AvatarStream, LiveRuntime, OnlineAudio, StreamConfig
 from ditto_core.live.runtime import lmdm_batch
 from ditto_core.motion.motion_options import MotionOptions
@@ -326,6 +327,33 @@ def test_rounds_queued_behind_a_slow_render_are_rendered_together(pipeline):
     assert len(calls) < len(alone_calls)
     for position in alone:
         torch.testing.assert_close(joined[position], alone[position])
+
+
+def test_rounds_start_no_sooner_than_round_interval_apart(pipeline, monkeypatch):
+    """``round_interval``: the motion thread starts a round at most once per interval (windows
+    due meanwhile wait for the next one); each stream's motion is the one made without it."""
+    starts = []
+    queue_render = LiveRuntime._queue_render
+
+    def recording(self, jobs, began):
+        starts.append(began)
+        queue_render(self, jobs, began)
+
+    monkeypatch.setattr(LiveRuntime, "_queue_render", recording)
+    paced, _, _, _ = _five_streams_in_step(pipeline, round_frames=10, round_interval=0.05)
+    assert len(starts) > 5 and min(b - a for a, b in zip(starts, starts[1:])) >= 0.05
+    starts.clear()
+    free, _, _, _ = _five_streams_in_step(pipeline, round_frames=10)
+    assert min(b - a for a, b in zip(starts, starts[1:])) < 0.05  # without it, capped rounds follow at once
+    assert paced.keys() == free.keys()
+    for position in free:
+        torch.testing.assert_close(paced[position], free[position])
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5, True, "0.1"])
+def test_round_interval_must_be_seconds_up_to_one(pipeline, value):
+    with pytest.raises(InputError, match="round_interval must be seconds"):
+        LiveRuntime(pipeline, renderer=RecordingRenderer(), round_interval=value)
 
 
 def test_the_round_after_a_capped_one_starts_with_the_streams_it_left_out():

@@ -133,6 +133,11 @@ class LiveRuntime:
         round_frames: frames a round's windows may release (at least one window per round);
             default the largest of ``batch_ladder``. Windows due beyond it wait for the next
             round, which is sampled while this one renders.
+        round_interval: seconds between the starts of two motion rounds, at least: windows due
+            meanwhile wait and share the next round's LMDM call. A window costs about the same
+            for one stream as for twelve (thousands of small kernels), so at full load the LMDM's
+            share of the device is its call count; each window waits up to this long more. 0
+            (the default): a round starts as soon as the one before it is queued.
         render_frames: frames the render thread renders in one pass: a round already queued
             behind the one it takes joins it while their frames fit (fewer, fuller batches when
             the device falls behind; each round's frames still leave in order). None (the
@@ -150,7 +155,7 @@ class LiveRuntime:
         encoder_threads: int = 4, compile: Optional[bool] = None, batch_ladder: tuple[int, ...] = BATCH_LADDER,
         sampler_factory: Optional[Callable[[MotionOptions], DDIMSampler]] = None, stitch_graphs: bool = False,
         round_frames: Optional[int] = None, max_load: Optional[float] = MAX_LOAD,
-        render_frames: Optional[int] = None,
+        render_frames: Optional[int] = None, round_interval: float = 0.0,
     ) -> None:
         if not (isinstance(max_streams, int) and max_streams >= 1):
             raise InputError(f"max_streams must be a positive integer, got {max_streams!r}.")
@@ -163,6 +168,10 @@ class LiveRuntime:
         if not (render_frames is None or isinstance(render_frames, int) and render_frames >= 1):
             raise InputError(f"render_frames must be a positive integer or None, got {render_frames!r}.")
         self.render_frames = render_frames
+        if not (isinstance(round_interval, (int, float)) and not isinstance(round_interval, bool)
+                and 0 <= round_interval <= 1):
+            raise InputError(f"round_interval must be seconds in [0, 1], got {round_interval!r}.")
+        self.round_interval = float(round_interval)
         self.pipeline = pipeline
         self.device = pipeline.device
         self.max_streams = max_streams
@@ -476,6 +485,10 @@ class LiveRuntime:
                     jobs = self._motion_round(streams)
                     if jobs:
                         self._queue_render(jobs, began)
+                        with self._wake:  # the next round no sooner than round_interval after this one
+                            pause = began + self.round_interval - time.monotonic()
+                            if pause > 0 and not self._stopping:
+                                self._wake.wait_for(lambda: self._stopping, timeout=pause)
                     elif not self._deferred:
                         with self._wake:
                             if not self._stopping:
