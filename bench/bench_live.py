@@ -14,9 +14,9 @@ time in 20 ms chunks. Parts:
   overlap 75) and the compute after it: that audio pushed at once, time to the first frame;
 * ``one_stream``: chunk latency (a window's last sample in -> its 5 frames encoded) p50/p95;
 * ``concurrency``: N real-time streams at once (started together, so their speech arrives in
-  step) for each N of ``--streams``, each ``--round-frames`` setting, each of ``--steps`` and
-  each LMDM ``--overlap`` (75: a window every 5 frames; 70: every 10, half the LMDM's work) and
-  each ``--round-interval`` (seconds between motion rounds, at least: more windows a LMDM call):
+  step) for each N of ``--streams``, each ``--round-frames`` setting, each of ``--steps``, each
+  LMDM ``--overlap`` (75: a window every 5 frames; 70: every 10, half the LMDM's work) and each
+  ``--round-interval`` (seconds between motion rounds, at least: more windows an LMDM call):
   p95 chunk latency, frames short of real time, stalls, and the runtime's rounds (frames,
   windows, motion / queue / render times); ``max_realtime_streams`` is the largest N with p95
   <= 200 ms and no drops;
@@ -167,10 +167,10 @@ def concurrency(runtime, source, options, config, counts, seconds, round_frames=
     """N streams in step for each N of ``counts``, under each ``round_frames`` setting of the
     runtime (None: its default), each CUDA priority of its HuBERT windows' stream (None: the
     runtime's), each ``render_frames`` (None: rounds never joined), each of the DDIM ``steps``
-    the runtime was warmed up for (None: ``options.steps``) and each LMDM overlap of the streams
+    the runtime was warmed up for (None: ``options.steps``), each LMDM overlap of the streams
     (None: ``config.overlap``) and each ``round_interval`` of the runtime (None: its own), side
-    by side; a setting stops at its first N missed unless
-    ``every_level`` (settings meant for a saturated device, compared where they act)."""
+    by side; a setting stops at its first N missed unless ``every_level`` (settings meant for a
+    saturated device, compared where they act)."""
     variants, default, stream = {}, runtime.round_frames, runtime.hubert_windows.stream
     default_render, default_interval = runtime.render_frames, runtime.round_interval
     for setting, priority, joined, n_steps, overlap, interval in itertools.product(
