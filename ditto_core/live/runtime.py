@@ -136,8 +136,9 @@ class LiveRuntime:
         round_interval: seconds between the starts of two motion rounds, at least: windows due
             meanwhile wait and share the next round's LMDM call. A window costs about the same
             for one stream as for twelve (thousands of small kernels), so at full load the LMDM's
-            share of the device is its call count; each window waits up to this long more. 0
-            (the default): a round starts as soon as the one before it is queued.
+            share of the device is its call count; each window waits up to this long more (it
+            gave headroom below the device's limit and cost latency at it: docs/LIVE.md). 0 (the
+            default): a round starts as soon as the one before it is queued.
         render_frames: frames the render thread renders in one pass: a round already queued
             behind the one it takes joins it while their frames fit (fewer, fuller batches when
             the device falls behind; each round's frames still leave in order). None (the
