@@ -46,11 +46,12 @@ from .video.writer import VideoWriter
 
 log = logging.getLogger(__name__)
 
-ONE_CLIP_COMPILE_MIN_FRAMES = 2500
-"""Frames (100 s of video) below which a process that renders one clip (the CLI) does not compile
+ONE_CLIP_COMPILE_MIN_FRAMES = 6500
+"""Frames (260 s of video) below which a process that renders one clip (the CLI) does not compile
 the warp+decode graph: even from a warm cache the compile costs about as much as it saves on a
-clip this long (measured on an H200, docs/PERFORMANCE.md). A cached AOT package of the graph
-(the engine's ``warmup="aot_cached"``, which ``render --aot`` uses) is no compile: it serves every clip."""
+clip this long (measured on an H100 against the eager path with the decoder's kernels,
+docs/PERFORMANCE.md). A cached AOT package of the graph (the engine's ``warmup="aot_cached"``,
+which ``render --aot`` uses) is no compile: it serves every clip."""
 
 
 def default_device() -> torch.device:
