@@ -91,6 +91,30 @@ def test_half_precision_on_the_cpu_is_refused(inputs, no_heavy_work, capsys):
     assert "argument --precision: fp16 is a GPU fast path" in _refused(inputs + ["--precision", "fp16"], capsys)
 
 
+class _Built(Exception):
+    """Raised in place of building the pipeline: the test has what it came for."""
+
+
+@pytest.mark.parametrize("aot, warmup", [(False, "foreground"), (True, "aot_cached")])
+def test_the_cli_renders_short_clips_without_compiling(inputs, monkeypatch, aot, warmup):
+    """A one-clip process compiles the engine only for clips of ONE_CLIP_COMPILE_MIN_FRAMES or more
+    (bench/measurements/2026-12-06-h100-s41: below that the compile costs a new process more than it
+    saves); with --aot a cached package serves every clip."""
+    from ditto_core.pipeline import ONE_CLIP_COMPILE_MIN_FRAMES
+
+    asked = {}
+
+    def build(cls, workdir, **kwargs):
+        asked.update(kwargs)
+        raise _Built
+
+    monkeypatch.setattr(DittoPipeline, "random", classmethod(build))
+    argv = inputs + ["--random-weights", "--device", "cpu", "--worker", "off"] + (["--aot"] if aot else [])
+    with pytest.raises(_Built):
+        cli.main(argv)
+    assert asked["compile_min_frames"] == ONE_CLIP_COMPILE_MIN_FRAMES and asked["warmup"] == warmup
+
+
 def test_emotions_by_name_or_number(inputs):
     for index, name in enumerate(EMOTIONS):
         for given in (name, str(index)):
