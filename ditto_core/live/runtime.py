@@ -486,10 +486,11 @@ class LiveRuntime:
                     jobs = self._motion_round(streams)
                     if jobs:
                         self._queue_render(jobs, began)
-                        with self._wake:  # the next round no sooner than round_interval after this one
-                            pause = began + self.round_interval - time.monotonic()
-                            if pause > 0 and not self._stopping:
-                                self._wake.wait_for(lambda: self._stopping, timeout=pause)
+                        if self.round_interval:  # the next round no sooner than round_interval after this one
+                            with self._wake:
+                                pause = began + self.round_interval - time.monotonic()
+                                if pause > 0 and not self._stopping:
+                                    self._wake.wait_for(lambda: self._stopping, timeout=pause)
                     elif not self._deferred:
                         with self._wake:
                             if not self._stopping:
