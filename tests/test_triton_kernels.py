@@ -17,9 +17,10 @@ from tests.triton_interpreter import run_interpreted
 
 def test_switch_reaches_every_layer_with_a_kernel_and_back():
     warp = WarpingNetwork().eval().prepare_for_inference()
-    layers = (warp, warp.dense_motion_network, warp.dense_motion_network.mask)
-    assert use_triton_kernels_(warp, True) == 3 and all(layer.use_triton for layer in layers)
-    assert use_triton_kernels_(warp, False) == 3 and not any(layer.use_triton for layer in layers)
+    dense = warp.dense_motion_network
+    layers = (warp, dense, dense.mask, *dense.hourglass.encoder.down_blocks)
+    assert use_triton_kernels_(warp, True) == 8 and all(layer.use_triton for layer in layers)
+    assert use_triton_kernels_(warp, False) == 8 and not any(layer.use_triton for layer in layers)
 
 
 def test_kernels_run_only_for_half_precision_cuda():
@@ -189,7 +190,7 @@ def test_compiled_engine_runs_our_kernels_and_renders_what_pytorch_renders(tmp_p
     kp_source, kp_driving = (kp.cuda() for kp in keypoint_pair(2, seed=2))
     expected = decoder(warp(feature.expand(2, -1, -1, -1, -1), kp_source, kp_driving)).float()  # switch off
     engine = WarpDecodeEngine(warp, decoder, batch_size=2, compile=True, cache_dir=tmp_path)
-    assert engine.stats.triton_kernels == 3 and warp.use_triton and warp.dense_motion_network.use_triton
+    assert engine.stats.triton_kernels == 8 and warp.use_triton and warp.dense_motion_network.use_triton
     assert decoder.up_1.use_triton  # switched on too, but a trace keeps the decoder's PyTorch ops
     got = engine.render_batch(feature, kp_source, kp_driving).float()
     assert engine.stats.compiled

@@ -15,6 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from .triton_kernels import runs_triton
+
 _CONV = {2: nn.Conv2d, 3: nn.Conv3d}
 _BATCHNORM = {2: nn.BatchNorm2d, 3: nn.BatchNorm3d}
 
@@ -58,14 +60,35 @@ class DownBlock(ConvNormAct):
     """:class:`ConvNormAct` then 2x average pooling of H and W (depth is kept in 3-D).
 
     (N, C_in, [D,] H, W) -> (N, C_out, [D,] H // 2, W // 2).
+
+    A 3-D block (the warp network's hourglass) has a ``use_triton`` switch (off by default; the
+    warp+decode engine sets it with its other kernels): eager half-precision CUDA inputs then
+    take the conv's bias, the ReLU and the pooling in one kernel of :mod:`.down_pool_triton`,
+    channels-last out, once the norm is folded into the conv (:func:`fold_batchnorms_`).
     """
 
     def __init__(self, in_channels: int, out_channels: int, dims: int = 2) -> None:
         super().__init__(in_channels, out_channels, dims)
         self.pool = nn.AvgPool2d(2) if dims == 2 else nn.AvgPool3d((1, 2, 2))
+        if dims == 3:
+            self.use_triton = False
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.runs_kernel(x):
+            return self._forward_kernel(x)
         return self.pool(super().forward(x))
+
+    def _forward_kernel(self, x: Tensor) -> Tensor:
+        """:meth:`forward` of a folded 3-D block as the bias-free conv and one kernel; channels-last out."""
+        from .down_pool_triton import bias_relu_pool  # imports Triton: only where it runs
+
+        return bias_relu_pool(self.conv._conv_forward(x, self.conv.weight, None), self.conv.bias)
+
+    def runs_kernel(self, x: Tensor) -> bool:
+        """Whether :meth:`forward` runs the kernel on ``x``: a 3-D block switched on, a half-precision
+        CUDA input, outside a trace, the norm folded and the activation a ReLU."""
+        return (runs_triton(getattr(self, "use_triton", False), x) and not torch.compiler.is_compiling()
+                and isinstance(self.norm, nn.Identity) and isinstance(self.act, nn.ReLU))
 
 
 class UpBlock3d(ConvNormAct):

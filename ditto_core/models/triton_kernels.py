@@ -1,11 +1,14 @@
 """Where the warp network's Triton kernels of ours run, and the switch that turns them on.
 
-Three layers have one: the occlusion-mask conv (:class:`~.depth_tap_conv.DepthTapConv3d`,
+These layers have one: the occlusion-mask conv (:class:`~.depth_tap_conv.DepthTapConv3d`,
 kernel in :mod:`.slice_conv_triton`), the dense motion's hourglass input and the feature warp
 (:class:`~.dense_motion.DenseMotionNetwork` and :class:`~.warp_network.WarpingNetwork`, kernels
-in :mod:`.volume_sampling_triton`). Each such module has a ``use_triton`` flag, off by default;
-with it on, it runs its kernel for CUDA half-precision inputs and PyTorch's ops otherwise. The
-compiled warp+decode engine switches them on together where :func:`triton_kernels_supported`.
+in :mod:`.volume_sampling_triton`), the hourglass encoder's down blocks
+(:class:`~.blocks.DownBlock`, eager batches only, :mod:`.down_pool_triton`) and the decoder's
+residual blocks (eager batches only, :mod:`.spade_norm_triton`). Each such module has a
+``use_triton`` flag, off by default; with it on, it runs its kernel for CUDA half-precision
+inputs and PyTorch's ops otherwise. The warp+decode engine switches them on together where
+:func:`triton_kernels_supported`.
 
 Each kernel is launched from an operator (:mod:`.triton_operators`);
 :func:`register_triton_operators` registers them all before a trace.
