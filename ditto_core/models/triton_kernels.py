@@ -10,8 +10,9 @@ residual blocks (eager batches only, :mod:`.spade_norm_triton`). Each such modul
 inputs and PyTorch's ops otherwise. The warp+decode engine switches them on together where
 :func:`triton_kernels_supported`.
 
-Each kernel is launched from an operator (:mod:`.triton_operators`);
-:func:`register_triton_operators` registers them all before a trace.
+The kernels a trace may hold (the first three layers') are launched from an operator
+(:mod:`.triton_operators`); :func:`register_triton_operators` registers them all before a trace.
+The eager-only ones are plain launches: a trace keeps PyTorch's ops there.
 """
 from __future__ import annotations
 
