@@ -25,7 +25,8 @@ stamp() { echo "$1 rc $2 s $(( $(date +%s) - START ))"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 NEED_HUBERT=1 . bench/measurements/2026-12-04-h200-s19/preamble.sh > /dev/null
 rm -rf /tmp/primed && cp -r $HERE /tmp/primed && (cd /tmp/primed && git apply $HERE/$D/hubert_prime.patch) || exit 1
-rm -rf /tmp/nopool && cp -r $HERE /tmp/nopool && (cd /tmp/nopool && git show 6d6f029 -- ditto_core/models/blocks.py ditto_core/models/down_pool_triton.py | git apply -R) || exit 1
+rm -rf /tmp/nopool && cp -r $HERE /tmp/nopool && (cd /tmp/nopool && git apply -R --include=ditto_core/models/blocks.py \
+  --include=ditto_core/models/down_pool_triton.py $HERE/bench/measurements/2026-12-06-h100-s41/down_pool.patch) || exit 1
 echo "preamble s $(( $(date +%s) - START ))"
 (cd /tmp/primed && PYTHONPATH=/tmp/primed:/tmp/site timeout $(( $(left) - 240 )) python3 -m bench.bench_time_to_video \
   --models /tmp/models --hubert $H --image $HERE/$E/portrait.jpg --audio $HERE/$E/speech_24k_mono.wav --clips example \
