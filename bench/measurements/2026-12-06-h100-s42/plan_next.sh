@@ -1,9 +1,10 @@
 #!/bin/bash
 # Prepared in session 42 for the next device call (the session's device time went to refused machine
 # starts; its one call ran out of time before the HuBERT comparison). About 420 s on one GPU:
-# 1. hubert_prime.patch (HuBERT's first call on zeros while the networks load) in a copy of the
+# 1. the GPU tests of the down blocks' kernel (landed in session 42 on its eager-batch probe alone),
+#    while the HuBERT-large ONNX is written;
+# 2. hubert_prime.patch (HuBERT's first call on zeros while the networks load) in a copy of the
 #    tree: CLI new processes with it (cli) and without (cli-nohubertprime), in turn, the example;
-# 2. the GPU tests of the down blocks' kernel (landed in session 42 on its eager-batch probe alone);
 # 3. first_use.py twice (the second with Triton's cache warm): what a new process's first eager
 #    batch pays, module by module;
 # 4. a py-spy sample of main's CLI in a new process (where its 5.5 s go, thread by thread);
@@ -23,18 +24,23 @@ left() { echo $((END - $(date +%s) + START)); }
 pack() { tar -C $O -czf $OUT/plan_next.tgz . ; }
 stamp() { echo "$1 rc $2 s $(( $(date +%s) - START ))"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-NEED_HUBERT=1 . bench/measurements/2026-12-04-h200-s19/preamble.sh > /dev/null
+# Writing the HuBERT-large ONNX took 61 s of session 42's call: it runs beside the preamble and
+# the GPU tests, which need no HuBERT and time nothing.
+python3 -m bench.make_hubert_large --out /tmp/hubert/hubert_streaming_fix_kv.onnx > $O/make_hubert.log 2>&1 &
+HUBERT_PID=$!
+. bench/measurements/2026-12-04-h200-s19/preamble.sh > /dev/null
 rm -rf /tmp/primed && cp -r $HERE /tmp/primed && (cd /tmp/primed && git apply $HERE/$D/hubert_prime.patch) || exit 1
 rm -rf /tmp/nopool && cp -r $HERE /tmp/nopool && (cd /tmp/nopool && git apply -R --include=ditto_core/models/blocks.py \
   --include=ditto_core/models/down_pool_triton.py $HERE/bench/measurements/2026-12-06-h100-s41/down_pool.patch) || exit 1
 echo "preamble s $(( $(date +%s) - START ))"
+timeout 90 python3 -m pytest -m gpu -q -n 0 -p no:cacheprovider --no-header -rfE tests/test_down_pool_triton.py \
+  tests/test_triton_kernels.py > $O/gpu_tests.log 2>&1
+stamp "gpu tests" $?; tail -3 $O/gpu_tests.log; pack
+wait $HUBERT_PID; stamp "hubert written" $?; tail -1 $O/make_hubert.log
 (cd /tmp/primed && PYTHONPATH=/tmp/primed:/tmp/site timeout $(( $(left) - 240 )) python3 -m bench.bench_time_to_video \
   --models /tmp/models --hubert $H --image $HERE/$E/portrait.jpg --audio $HERE/$E/speech_24k_mono.wav --clips example \
   --warmups cli cli-nohubertprime --repeats 3 --out $O/ttv_hubert_prime.json > $O/ttv_hubert_prime.log 2>&1)
 stamp "hubert prime" $?; grep -E "^example/cli" $O/ttv_hubert_prime.log | cut -c1-400; pack
-timeout 90 python3 -m pytest -m gpu -q -n 0 -p no:cacheprovider --no-header -rfE tests/test_down_pool_triton.py \
-  tests/test_triton_kernels.py > $O/gpu_tests.log 2>&1
-stamp "gpu tests" $?; tail -3 $O/gpu_tests.log; pack
 for run in 1 2; do
   timeout 35 python3 $D/first_use.py > $O/first_use_$run.log 2>&1
   stamp "first use $run" $?
