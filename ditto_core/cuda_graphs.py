@@ -20,9 +20,11 @@ from .compilation import uses_cuda_malloc_async
 
 _side_work = 0  # beside_captures() blocks running now, on any thread
 _recordings = 0  # recording_turn() blocks that were given the turn
+_device_wide = 0  # between_recordings() blocks running now, on any thread
 _turns = threading.Condition()
-# Per thread: .side, its beside_captures() blocks; .recording, its recording turns; .wait, whether
-# its recordings wait for their turn (recordings_wait()) rather than being put off.
+# Per thread: .side, its beside_captures() blocks; .recording, its recording turns; .device_wide, its
+# between_recordings() blocks; .wait, whether its recordings wait for their turn (recordings_wait())
+# rather than being put off.
 _this_thread = threading.local()
 
 
@@ -59,6 +61,39 @@ def beside_captures() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def between_recordings() -> Iterator[None]:
+    """Mark the block as touching the whole device (a device synchronize, emptying the allocator's
+    cache): it starts once other threads' recordings have ended, and none starts until it ends.
+
+    Under either allocator a recording fails if anything synchronises the whole device meanwhile
+    ("operation not permitted when stream is capturing"), and the process then aborts: session 43
+    saw it when an LMDM window recorded on a priming thread met the stage timer's synchronize on
+    the main thread. Recordings on other threads are real (a live runtime warming up while a
+    workflow renders offline, an AOT package's graph), and every device-wide call of ours goes
+    through this block (:func:`device_synchronize`). Calls made outside this package (another
+    node's ``empty_cache``) cannot take the turn.
+    """
+    global _device_wide
+    with _turns:
+        _turns.wait_for(lambda: _recordings == _mine("recording"))
+        _device_wide += 1
+    _this_thread.device_wide = _mine("device_wide") + 1
+    try:
+        yield
+    finally:
+        _this_thread.device_wide -= 1
+        with _turns:
+            _device_wide -= 1
+            _turns.notify_all()
+
+
+def device_synchronize(device: torch.device) -> None:
+    """``torch.cuda.synchronize(device)`` between recordings (:func:`between_recordings`)."""
+    with between_recordings():
+        torch.cuda.synchronize(device)
+
+
+@contextlib.contextmanager
 def recordings_wait() -> Iterator[None]:
     """In the block, this thread's :func:`recording_turn` waits for other threads' background work
     to end instead of putting the recording off: for a warm-up whose job is to record (a live
@@ -73,19 +108,24 @@ def recordings_wait() -> Iterator[None]:
 @contextlib.contextmanager
 def recording_turn(device: torch.device, wait: Optional[bool] = None) -> Iterator[bool]:
     """Yields whether a graph may be recorded on ``device`` now; until the block ends no
-    :func:`beside_captures` block starts on another thread. Always yes under the native
-    allocator. Under ``cudaMallocAsync``: while such a block runs on another thread, no (the
-    caller runs eagerly and asks again later), or with ``wait`` (default: within
+    :func:`beside_captures` block, :func:`between_recordings` block or other recording starts on
+    another thread, and the block first waits for those of the latter two running elsewhere
+    (``torch.cuda.graph`` itself synchronises the device and empties the cache as it starts a
+    recording, which would break one running on another thread). Always yes under the native
+    allocator. Under ``cudaMallocAsync``: while a :func:`beside_captures` block runs on another
+    thread, no (the caller runs eagerly and asks again later), or with ``wait`` (default: within
     :func:`recordings_wait`) yes once it has ended."""
     global _recordings
-    if not uses_cuda_malloc_async(device):
-        yield True
-        return
+    native = not uses_cuda_malloc_async(device)
     wait = getattr(_this_thread, "wait", False) if wait is None else wait
+
+    def side_work_done() -> bool:
+        return native or _side_work == _mine("side")
+
     with _turns:
-        if wait:
-            _turns.wait_for(lambda: _side_work == _mine("side"))
-        allowed = _side_work == _mine("side")
+        _turns.wait_for(lambda: _device_wide == _mine("device_wide") and _recordings == _mine("recording")
+                        and (side_work_done() or not wait))
+        allowed = side_work_done()
         _recordings += allowed
     _this_thread.recording = _mine("recording") + allowed
     try:

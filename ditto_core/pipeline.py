@@ -22,7 +22,7 @@ from torch import Tensor
 from .audio.audio_features import SAMPLE_RATE, AudioFeatures
 from .audio.hubert import HubertFeatureExtractor
 from .audio.loading import load_audio, to_mono_16k
-from .cuda_graphs import beside_captures
+from .cuda_graphs import beside_captures, device_synchronize
 from .errors import InputError
 from .model_files import AUX_FILES, CONFIG_DIR, CONFIG_FILE, check_model_files, find_hubert
 from .models.ditto_models import DittoModels, load_ditto_models, random_ditto_models
@@ -66,7 +66,7 @@ class StageTimes:
 
     def record(self, stage: str, start: float, device: torch.device) -> None:
         if device.type == "cuda":
-            torch.cuda.synchronize(device)
+            device_synchronize(device)
         self.seconds[stage] = time.perf_counter() - start
 
 

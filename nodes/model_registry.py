@@ -25,6 +25,7 @@ import comfy.model_management as mm
 import torch
 
 from ditto_core.compilation import uses_cuda_malloc_async
+from ditto_core.cuda_graphs import between_recordings
 from ditto_core.errors import InputError
 from ditto_core.model_files import find_hubert, find_network_file
 from ditto_core.models.checkpoints import NETWORKS
@@ -242,7 +243,8 @@ class ModelRegistry:
             handles = list(self._residents) if handle is None else [h for h in (handle,) if h in self._residents]
             released = sum(self._residents.pop(h).drop() for h in handles)
         gc.collect()
-        mm.soft_empty_cache()
+        with between_recordings():  # it empties the allocator's cache: a device-wide call
+            mm.soft_empty_cache()
         return released
 
 

@@ -18,6 +18,7 @@ import comfy.model_management
 import comfy.utils
 import torch
 
+from ditto_core.cuda_graphs import device_synchronize
 from ditto_core.gc_pauses import CollectorPauses, freeze_live_objects
 from ditto_core.progress import ProgressCallback
 
@@ -107,7 +108,7 @@ def timed_stage(stage: str, device: Optional[torch.device] = None) -> Iterator[S
         start = time.perf_counter()
         yield timer
         if device is not None and device.type == "cuda":
-            torch.cuda.synchronize(device)
+            device_synchronize(device)
         timer.seconds = time.perf_counter() - start
     # ComfyUI's full collection after the prompt then skips what is alive now. Not after a
     # failure: the collection frees what the error's traceback held (a failed batch's VRAM).

@@ -1,5 +1,6 @@
-"""CUDA graphs (``ditto_core.cuda_graphs``): two owners replayed at once, and recordings put off
-while background threads allocate under ``cudaMallocAsync`` (GPU tests marked).
+"""CUDA graphs (``ditto_core.cuda_graphs``): two owners replayed at once, recordings put off
+while background threads allocate under ``cudaMallocAsync``, and device-wide calls taking turns
+with recordings (GPU tests marked).
 
 A live runtime replays its HuBERT graphs and its LMDM graphs on two streams at the same time;
 both were recorded on one thread. cuBLAS hands each (thread, stream) pair a workspace that a
@@ -19,7 +20,7 @@ import pytest
 import torch
 
 from ditto_core import cuda_graphs
-from ditto_core.cuda_graphs import CapturedCall, beside_captures, recording_turn
+from ditto_core.cuda_graphs import CapturedCall, beside_captures, between_recordings, recording_turn
 
 REPO = Path(__file__).resolve().parents[1]
 REPLAYS = 150
@@ -114,6 +115,162 @@ def test_a_warm_up_that_must_record_waits_for_its_turn_instead_of_being_put_off(
     assert got == [True]
     with beside_captures():
         assert _turn(cuda)  # this thread's own block does not hold its recording
+
+
+@pytest.mark.reliability(
+    area="Soak and faults",
+    case="a device synchronize or cache flush of ours (a stage timer, a node's timer, Unload, an engine's OOM retry) "
+         "while another thread records a CUDA graph (a live runtime warming up beside an offline workflow)",
+    behaviour="the call waits for the recording to end and no recording starts during it, under either allocator "
+              "(unguarded, the synchronize fails, the recording breaks and the process aborts: seen in session 43 "
+              "with a recording on a priming thread)")
+@pytest.mark.parametrize("malloc_async", [False, True])
+def test_a_device_wide_call_waits_for_a_recording_on_another_thread(monkeypatch, malloc_async):
+    """A device synchronize while another thread records fails the recording and aborts the process
+    (session 43), whichever allocator: the call waits for the recording to end."""
+    monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: malloc_async)
+    order, recording, leave = [], threading.Event(), threading.Event()
+
+    def record():
+        with recording_turn(torch.device("cuda"), wait=True) as allowed:
+            assert allowed
+            recording.set()
+            assert leave.wait(10)
+            order.append("recorded")
+
+    def synchronize():
+        with between_recordings():
+            order.append("synchronized")
+
+    recorder = threading.Thread(target=record)
+    recorder.start()
+    assert recording.wait(10)
+    syncing = threading.Thread(target=synchronize)
+    syncing.start()
+    syncing.join(0.2)
+    assert syncing.is_alive() and order == []  # held while the graph is recorded
+    leave.set()
+    for thread in (recorder, syncing):
+        thread.join(10)
+    assert order == ["recorded", "synchronized"]
+
+
+@pytest.mark.parametrize("malloc_async", [False, True])
+def test_a_recording_waits_for_a_device_wide_call_on_another_thread(monkeypatch, malloc_async):
+    """Not put off (that is for allocations under cudaMallocAsync): a synchronize ends by itself."""
+    monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: malloc_async)
+    order, inside, leave = [], threading.Event(), threading.Event()
+
+    def synchronize():
+        with between_recordings():
+            inside.set()
+            assert leave.wait(10)
+            order.append("synchronized")
+
+    def record():
+        with recording_turn(torch.device("cuda")) as allowed:
+            order.append(("recorded", allowed))
+
+    syncing = threading.Thread(target=synchronize)
+    syncing.start()
+    assert inside.wait(10)
+    recorder = threading.Thread(target=record)
+    recorder.start()
+    recorder.join(0.2)
+    assert recorder.is_alive() and order == []
+    leave.set()
+    for thread in (syncing, recorder):
+        thread.join(10)
+    assert order == ["synchronized", ("recorded", True)]
+
+
+@pytest.mark.parametrize("malloc_async", [False, True])
+def test_recordings_on_two_threads_take_turns(monkeypatch, malloc_async):
+    """``torch.cuda.graph`` synchronises the device as it starts: a second recording must not start
+    while a first runs on another thread."""
+    monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: malloc_async)
+    order, recording, leave = [], threading.Event(), threading.Event()
+
+    def first():
+        with recording_turn(torch.device("cuda")) as allowed:
+            recording.set()
+            assert leave.wait(10)
+            order.append(("first", allowed))
+
+    def second():
+        with recording_turn(torch.device("cuda")) as allowed:
+            order.append(("second", allowed))
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    threads[0].start()
+    assert recording.wait(10)
+    threads[1].start()
+    threads[1].join(0.2)
+    assert threads[1].is_alive() and order == []
+    leave.set()
+    for thread in threads:
+        thread.join(10)
+    assert order == [("first", True), ("second", True)]
+
+
+def test_a_thread_is_never_held_by_its_own_recording_or_device_wide_call(monkeypatch):
+    monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: False)
+    with recording_turn(torch.device("cuda")) as allowed, between_recordings():
+        assert allowed
+    with between_recordings(), recording_turn(torch.device("cuda")) as allowed:
+        assert allowed
+    assert cuda_graphs._recordings == 0 and cuda_graphs._device_wide == 0  # every block left
+
+
+def test_device_synchronize_synchronizes_inside_its_turn(monkeypatch):
+    seen = []
+    monkeypatch.setattr(cuda_graphs.torch.cuda, "synchronize",
+                        lambda device=None: seen.append((device, cuda_graphs._device_wide)))
+    cuda_graphs.device_synchronize(torch.device("cuda", 1))
+    assert seen == [(torch.device("cuda", 1), 1)] and cuda_graphs._device_wide == 0
+
+
+@pytest.mark.gpu
+def test_a_stage_timer_beside_a_recording_on_another_thread_waits_instead_of_aborting():
+    """Session 43's abort, made certain: a graph recording held open on one thread while the
+    pipeline's stage timer synchronises the device on another. The timer waits; the recording
+    replays what eager code computes."""
+    from ditto_core.pipeline import StageTimes
+
+    device = torch.device("cuda")
+    x = torch.randn(256, 256, device=device)
+    recording, leave, calls = threading.Event(), threading.Event(), []
+
+    def held_open(t):
+        calls.append(t)
+        if len(calls) == 2:  # the recording (the first call is capture()'s eager warm-up)
+            recording.set()
+            assert leave.wait(30)  # Python waits inside the recording: nothing is launched meanwhile
+        return t @ t
+
+    captured = CapturedCall(held_open, (x,), torch.cuda.Stream(device))
+    raised = []
+
+    def record():
+        try:
+            captured.capture()
+        except BaseException as error:
+            raised.append(error)
+
+    recorder = threading.Thread(target=record)
+    recorder.start()
+    assert recording.wait(30)
+    times = StageTimes()
+    timer = threading.Thread(target=times.record, args=("stage", 0.0, device))
+    timer.start()
+    timer.join(0.3)
+    assert timer.is_alive()  # waiting for the recording, not failing it
+    leave.set()
+    recorder.join(30)
+    timer.join(30)
+    assert not raised and "stage" in times.seconds
+    y = torch.randn(256, 256, device=device)
+    torch.testing.assert_close(captured.replay((y,)), y @ y)
 
 
 def test_releasing_a_recording_empties_its_outputs_and_leaves_copies_and_views_intact():

@@ -178,6 +178,23 @@ def test_registry_builds_once_per_handle_and_releases():
     assert registry.release() == 2 and registry.release() == 0
 
 
+def test_the_nodes_device_wide_calls_take_turns_with_recordings(monkeypatch):
+    """Emptying the allocator's cache (Unload) and a node's CUDA timer synchronise the whole device:
+    both run inside ``between_recordings``, so a live runtime recording its graphs on another
+    thread is never broken by them."""
+    from comfyui_ditto_pack.nodes import model_registry, runtime
+    from ditto_core import cuda_graphs
+
+    seen = []
+    monkeypatch.setattr(model_registry.mm, "soft_empty_cache", lambda: seen.append(("empty", cuda_graphs._device_wide)))
+    monkeypatch.setattr(cuda_graphs.torch.cuda, "synchronize", lambda device=None: seen.append(("sync", cuda_graphs._device_wide)))
+    monkeypatch.setattr(runtime.torch.cuda, "memory_reserved", lambda device=None: 0)
+    ModelRegistry().release()
+    with timed_stage("Talking Head", torch.device("cuda")):
+        pass
+    assert seen == [("empty", 1), ("sync", 1)] and cuda_graphs._device_wide == 0
+
+
 def test_comfyui_unload_frees_the_sets_and_the_next_use_reloads_them():
     """ComfyUI's "Unload models" (``unload_all_models``) and its memory pressure (``free_memory``)
     reach Ditto's sets through ``comfy.model_management``; a dropped set leaves its list."""

@@ -8,6 +8,7 @@ from typing import Mapping, Optional
 import torch
 from torch import Tensor
 
+from ..cuda_graphs import device_synchronize
 from ..registration.source_info import SourceInfo
 from ..render.putback import paste_back
 from ..render.warp_decode import WarpDecodeEngine
@@ -90,10 +91,10 @@ class EngineRenderer:
         """Median seconds of one batch of ``size`` on its (recorded) engine, alone on the device."""
         engine, kp_batch, times = self.engine(size), kp.expand(size, -1, -1), []
         for _ in range(_TIMED_REPLAYS):
-            torch.cuda.synchronize(self.models.device)
+            device_synchronize(self.models.device)
             start = time.perf_counter()
             engine.render_batch(volume, kp_batch, kp_batch)
-            torch.cuda.synchronize(self.models.device)
+            device_synchronize(self.models.device)
             times.append(time.perf_counter() - start)
         return statistics.median(times)
 

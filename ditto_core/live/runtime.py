@@ -42,7 +42,7 @@ from ..audio.audio_features import FPS, SAMPLE_RATE, AudioFeatures, SAMPLES_PER_
 from ..audio.chunking import num_video_frames
 from ..audio.hubert import HubertFeatureExtractor
 from ..audio.window_graphs import LiveWindowEncoder
-from ..cuda_graphs import recordings_wait
+from ..cuda_graphs import device_synchronize, recordings_wait
 from ..errors import DittoError, InputError
 from ..models.keypoints import MOTION_DIM
 from ..models.lmdm import WINDOW
@@ -708,7 +708,7 @@ class LiveRuntime:
                     size = lmdm_batch(size + 1)
             self.hubert_windows.warm_up(_HUBERT_WINDOWS_PER_ROUND * self.max_streams)
         # The worker threads' streams use what was recorded and uploaded here on this one.
-        torch.cuda.synchronize(self.device)
+        device_synchronize(self.device)
         if hasattr(self.renderer, "warm_up"):
             per_frame = several_avatars or len(device_source) > 1
             self._on_render_thread(lambda: self.renderer.warm_up(device_source, per_frame_volumes=per_frame))

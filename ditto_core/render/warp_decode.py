@@ -55,6 +55,7 @@ from torch import Tensor, nn
 
 from ..aot_packages import AotUnavailable, PackageCache
 from ..compilation import announce_once, compile_available, compile_failures, reset_compiled_state, uses_cuda_malloc_async
+from ..cuda_graphs import between_recordings, device_synchronize
 from ..errors import DittoError, InputError
 from ..models.keypoints import NUM_KP
 from ..models.triton_kernels import register_triton_operators, triton_kernels_supported, use_triton_kernels_
@@ -478,7 +479,7 @@ class WarpDecodeEngine(nn.Module):
         out = self._step(*args)
         if first:
             if out.is_cuda:
-                torch.cuda.synchronize(out.device)  # once per engine, to time the compile honestly
+                device_synchronize(out.device)  # once per engine, to time the compile honestly
             self.stats.compile_seconds, self.stats.compiled_at = time.perf_counter() - start, time.time()
             log.info("Ditto warp+decode compiled in %.1f s (batch %d)", self.stats.compile_seconds, self.batch_size)
         return out
@@ -562,7 +563,8 @@ class WarpDecodeEngine(nn.Module):
         return RenderedFrames(images=images, source_index=motion.source_index, fps=motion.fps)
 
     def _shrink_batch(self) -> None:
-        torch.cuda.empty_cache()
+        with between_recordings():
+            torch.cuda.empty_cache()
         self.batch_size = max(1, self.batch_size // 2)
         self.stats.batch_size = self.batch_size
         log.warning("Ditto warp+decode ran out of VRAM; retrying with batch size %d", self.batch_size)
