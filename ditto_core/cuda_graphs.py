@@ -18,9 +18,9 @@ from torch import Tensor
 
 from .compilation import uses_cuda_malloc_async
 
-_side_work = 0  # beside_captures() blocks running now, on any thread
 _recordings = 0  # recording_turn() blocks that were given the turn
-_device_wide = 0  # between_recordings() blocks running now, on any thread
+# Blocks running now, on any thread: "side", beside_captures(); "device_wide", between_recordings().
+_running = {"side": 0, "device_wide": 0}
 _turns = threading.Condition()
 # Per thread: .side, its beside_captures() blocks; .recording, its recording turns; .device_wide, its
 # between_recordings() blocks; .wait, whether its recordings wait for their turn (recordings_wait())
@@ -46,18 +46,8 @@ def beside_captures() -> Iterator[None]:
     put off (or waits) while such a block runs elsewhere (:func:`recording_turn`), and a block
     starting during another thread's recording waits for its end (one recording: milliseconds).
     """
-    global _side_work
-    with _turns:
-        _turns.wait_for(lambda: _recordings == _mine("recording"))
-        _side_work += 1
-    _this_thread.side = _mine("side") + 1
-    try:
+    with _outside_recordings("side"):
         yield
-    finally:
-        _this_thread.side -= 1
-        with _turns:
-            _side_work -= 1
-            _turns.notify_all()
 
 
 @contextlib.contextmanager
@@ -73,17 +63,24 @@ def between_recordings() -> Iterator[None]:
     through this block (:func:`device_synchronize`). Calls made outside this package (another
     node's ``empty_cache``) cannot take the turn.
     """
-    global _device_wide
+    with _outside_recordings("device_wide"):
+        yield
+
+
+@contextlib.contextmanager
+def _outside_recordings(kind: str) -> Iterator[None]:
+    """A block of ``kind`` (a key of ``_running``), counted for the process and for this thread,
+    started once other threads' recordings have ended."""
     with _turns:
         _turns.wait_for(lambda: _recordings == _mine("recording"))
-        _device_wide += 1
-    _this_thread.device_wide = _mine("device_wide") + 1
+        _running[kind] += 1
+    setattr(_this_thread, kind, _mine(kind) + 1)
     try:
         yield
     finally:
-        _this_thread.device_wide -= 1
+        setattr(_this_thread, kind, _mine(kind) - 1)
         with _turns:
-            _device_wide -= 1
+            _running[kind] -= 1
             _turns.notify_all()
 
 
@@ -120,10 +117,10 @@ def recording_turn(device: torch.device, wait: Optional[bool] = None) -> Iterato
     wait = getattr(_this_thread, "wait", False) if wait is None else wait
 
     def side_work_done() -> bool:
-        return native or _side_work == _mine("side")
+        return native or _running["side"] == _mine("side")
 
     with _turns:
-        _turns.wait_for(lambda: _device_wide == _mine("device_wide") and _recordings == _mine("recording")
+        _turns.wait_for(lambda: _running["device_wide"] == _mine("device_wide") and _recordings == _mine("recording")
                         and (side_work_done() or not wait))
         allowed = side_work_done()
         _recordings += allowed

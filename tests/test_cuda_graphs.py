@@ -219,15 +219,15 @@ def test_a_thread_is_never_held_by_its_own_recording_or_device_wide_call(monkeyp
         assert allowed
     with between_recordings(), recording_turn(torch.device("cuda")) as allowed:
         assert allowed
-    assert cuda_graphs._recordings == 0 and cuda_graphs._device_wide == 0  # every block left
+    assert cuda_graphs._recordings == 0 and cuda_graphs._running["device_wide"] == 0  # every block left
 
 
 def test_device_synchronize_synchronizes_inside_its_turn(monkeypatch):
     seen = []
     monkeypatch.setattr(cuda_graphs.torch.cuda, "synchronize",
-                        lambda device=None: seen.append((device, cuda_graphs._device_wide)))
+                        lambda device=None: seen.append((device, cuda_graphs._running["device_wide"])))
     cuda_graphs.device_synchronize(torch.device("cuda", 1))
-    assert seen == [(torch.device("cuda", 1), 1)] and cuda_graphs._device_wide == 0
+    assert seen == [(torch.device("cuda", 1), 1)] and cuda_graphs._running["device_wide"] == 0
 
 
 @pytest.mark.gpu

@@ -186,13 +186,13 @@ def test_the_nodes_device_wide_calls_take_turns_with_recordings(monkeypatch):
     from ditto_core import cuda_graphs
 
     seen = []
-    monkeypatch.setattr(model_registry.mm, "soft_empty_cache", lambda: seen.append(("empty", cuda_graphs._device_wide)))
-    monkeypatch.setattr(cuda_graphs.torch.cuda, "synchronize", lambda device=None: seen.append(("sync", cuda_graphs._device_wide)))
+    monkeypatch.setattr(model_registry.mm, "soft_empty_cache", lambda: seen.append(("empty", cuda_graphs._running["device_wide"])))
+    monkeypatch.setattr(cuda_graphs.torch.cuda, "synchronize", lambda device=None: seen.append(("sync", cuda_graphs._running["device_wide"])))
     monkeypatch.setattr(runtime.torch.cuda, "memory_reserved", lambda device=None: 0)
     ModelRegistry().release()
     with timed_stage("Talking Head", torch.device("cuda")):
         pass
-    assert seen == [("empty", 1), ("sync", 1)] and cuda_graphs._device_wide == 0
+    assert seen == [("empty", 1), ("sync", 1)] and cuda_graphs._running["device_wide"] == 0
 
 
 def test_comfyui_unload_frees_the_sets_and_the_next_use_reloads_them():
