@@ -176,14 +176,19 @@ def test_the_runtime_stitches_a_round_of_two_streams_in_one_call(tmp_path):
     speech = (0.1 * np.random.default_rng(2).standard_normal(16000)).astype(np.float32)
     sources = [random_source(1, is_image=True, seed=1), random_source(3, is_image=False, seed=2)]
 
-    async def one(source):
-        async with AvatarStream(runtime, source, MotionOptions(), StreamConfig(output="rgb", idle=False)) as stream:
-            stream.push_audio(speech, 16000)
-            stream.end()
+    async def frames(stream):
+        async with stream:
             return [f async for f in stream]
 
     async def both():
-        return await asyncio.gather(*(one(s) for s in sources))
+        # No motion round starts until both streams hold their speech (opened one after the other,
+        # a busy machine's first round could take the first stream's alone, and every round after).
+        with runtime._wake:
+            streams = [AvatarStream(runtime, s, MotionOptions(), StreamConfig(output="rgb", idle=False)) for s in sources]
+            for stream in streams:
+                stream.push_audio(speech, 16000)
+                stream.end()
+        return await asyncio.gather(*map(frames, streams))
 
     results = asyncio.run(both())
     runtime.shutdown()
