@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .triton_kernels import runs_triton
+from .triton_kernels import runs_eager_triton
 
 _CONV = {2: nn.Conv2d, 3: nn.Conv3d}
 _BATCHNORM = {2: nn.BatchNorm2d, 3: nn.BatchNorm3d}
@@ -87,7 +87,7 @@ class DownBlock(ConvNormAct):
     def runs_kernel(self, x: Tensor) -> bool:
         """Whether :meth:`forward` runs the kernel on ``x``: a 3-D block switched on, a half-precision
         CUDA input, outside a trace, the norm folded and the activation a ReLU."""
-        return (runs_triton(getattr(self, "use_triton", False), x) and not torch.compiler.is_compiling()
+        return (runs_eager_triton(getattr(self, "use_triton", False), x)
                 and isinstance(self.norm, nn.Identity) and isinstance(self.act, nn.ReLU))
 
 

@@ -79,7 +79,7 @@ from torch import Tensor, nn
 
 from ..errors import InputError
 from .meta_build import building_on_meta
-from .triton_kernels import runs_triton
+from .triton_kernels import runs_eager_triton
 
 FEATURE_CHANNELS = 256
 """Channels of the warped feature map the decoder consumes (also its SPADE label map)."""
@@ -514,7 +514,7 @@ class SPADEResnetBlock(nn.Module):
         """Whether :meth:`forward` runs the Triton kernels on ``x``: switched on, a half-precision
         CUDA input, outside a trace, and prepared for inference (the kernels take the fused
         scale/shift convs)."""
-        return (runs_triton(self.use_triton, x) and not torch.compiler.is_compiling()
+        return (runs_eager_triton(self.use_triton, x)
                 and self.label_embedding is not None and self.norm_s is None)
 
     def _forward_kernels(self, x: Tensor, label: Tensor) -> Tensor:

@@ -53,6 +53,12 @@ def runs_triton(enabled: bool, x: Tensor) -> bool:
     return enabled and x.is_cuda and x.dtype in HALF_DTYPES
 
 
+def runs_eager_triton(enabled: bool, x: Tensor) -> bool:
+    """:func:`runs_triton` for an eager-only kernel (a plain launch, no operator): outside a trace
+    only, which keeps PyTorch's ops there."""
+    return runs_triton(enabled, x) and not torch.compiler.is_compiling()
+
+
 def register_triton_operators() -> None:
     """Register every kernel launch of ours as its operator; call before tracing a network
     that may run them (``torch.compile``, ``torch.export``), so every traced graph holds the
