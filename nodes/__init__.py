@@ -11,6 +11,7 @@ from comfy_api.latest import ComfyExtension, io
 from . import (
     all_in_one, audio_nodes, live_nodes, model_nodes, motion_nodes, output_nodes, render_nodes, source_nodes,
 )
+from .comfy_housekeeping import empty_cache_takes_turns
 from .paths import reap_stale_files, register_model_folder
 from .samples import install_sample_inputs
 
@@ -31,6 +32,7 @@ class DittoExtension(ComfyExtension):
 
     async def on_load(self) -> None:
         register_model_folder()
+        empty_cache_takes_turns()  # ComfyUI's cache emptying never breaks a live avatar's warm-up
         reap_stale_files()  # what Ditto runs of a server killed mid-write left behind
         live_nodes.register_live_routes()  # /ditto/live on ComfyUI's own server
 

@@ -25,7 +25,6 @@ import comfy.model_management as mm
 import torch
 
 from ditto_core.compilation import uses_cuda_malloc_async
-from ditto_core.cuda_graphs import between_recordings
 from ditto_core.errors import InputError
 from ditto_core.model_files import find_hubert, find_network_file
 from ditto_core.models.checkpoints import NETWORKS
@@ -243,8 +242,7 @@ class ModelRegistry:
             handles = list(self._residents) if handle is None else [h for h in (handle,) if h in self._residents]
             released = sum(self._residents.pop(h).drop() for h in handles)
         gc.collect()
-        with between_recordings():  # it empties the allocator's cache: a device-wide call
-            mm.soft_empty_cache()
+        mm.soft_empty_cache()  # takes its turn with recordings on other threads (comfy_housekeeping)
         return released
 
 

@@ -230,13 +230,36 @@ def test_device_synchronize_synchronizes_inside_its_turn(monkeypatch):
     assert seen == [(torch.device("cuda", 1), 1)] and cuda_graphs._running["device_wide"] == 0
 
 
-@pytest.mark.gpu
-def test_a_stage_timer_beside_a_recording_on_another_thread_waits_instead_of_aborting():
-    """Session 43's abort, made certain: a graph recording held open on one thread while the
-    pipeline's stage timer synchronises the device on another. The timer waits; the recording
-    replays what eager code computes."""
+def _stage_timer(device: torch.device) -> None:
     from ditto_core.pipeline import StageTimes
 
+    StageTimes().record("stage", 0.0, device)
+
+
+def _comfyuis_empty_cache(device: torch.device) -> None:
+    """ComfyUI's ``soft_empty_cache`` as the pack leaves it after its load: ComfyUI's CUDA branch
+    (empty the cache, collect IPC handles) inside the pack's wrapper."""
+    from tests.comfy_stubs import load_pack
+
+    load_pack()
+    import comfy.model_management as mm
+    from comfyui_ditto_pack.nodes.comfy_housekeeping import empty_cache_takes_turns
+
+    original = mm.soft_empty_cache
+    mm.soft_empty_cache = lambda force=False: (torch.cuda.empty_cache(), torch.cuda.ipc_collect())
+    try:
+        empty_cache_takes_turns()
+        mm.soft_empty_cache()
+    finally:
+        mm.soft_empty_cache = original
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("device_wide_call", [_stage_timer, _comfyuis_empty_cache])
+def test_a_device_wide_call_beside_a_recording_on_another_thread_waits_instead_of_aborting(device_wide_call):
+    """Session 43's abort, made certain: a graph recording held open on one thread while the
+    pipeline's stage timer synchronises the device, or ComfyUI empties the allocator's cache, on
+    another. The call waits; the recording replays what eager code computes."""
     device = torch.device("cuda")
     x = torch.randn(256, 256, device=device)
     recording, leave, calls = threading.Event(), threading.Event(), []
@@ -259,19 +282,19 @@ def test_a_stage_timer_beside_a_recording_on_another_thread_waits_instead_of_abo
 
     recorder = threading.Thread(target=record)
     recorder.start()
-    times = StageTimes()
-    timer = threading.Thread(target=times.record, args=("stage", 0.0, device))
+    done = []
+    caller = threading.Thread(target=lambda: done.append(device_wide_call(device)))
     try:
         assert recording.wait(30)
-        timer.start()
-        timer.join(0.3)
-        assert timer.is_alive()  # waiting for the recording, not failing it
+        caller.start()
+        caller.join(0.3)
+        assert caller.is_alive()  # waiting for the recording, not failing it
     finally:
         leave.set()
         recorder.join(30)
-        if timer.ident is not None:  # started
-            timer.join(30)
-    assert not raised and "stage" in times.seconds
+        if caller.ident is not None:  # started
+            caller.join(30)
+    assert not raised and done == [None]
     y = torch.randn(256, 256, device=device)
     torch.testing.assert_close(captured.replay((y,)), y @ y, rtol=1e-5, atol=1e-4)
 

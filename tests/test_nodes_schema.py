@@ -6,6 +6,7 @@ import contextlib
 import math
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -183,16 +184,67 @@ def test_the_nodes_device_wide_calls_take_turns_with_recordings(monkeypatch):
     both run inside ``between_recordings``, so a live runtime recording its graphs on another
     thread is never broken by them."""
     from comfyui_ditto_pack.nodes import model_registry, runtime
+    from comfyui_ditto_pack.nodes.comfy_housekeeping import empty_cache_takes_turns
     from ditto_core import cuda_graphs
 
     seen = []
     monkeypatch.setattr(model_registry.mm, "soft_empty_cache", lambda: seen.append(("empty", cuda_graphs._running["device_wide"])))
+    empty_cache_takes_turns()  # as the pack's load does
     monkeypatch.setattr(cuda_graphs.torch.cuda, "synchronize", lambda device=None: seen.append(("sync", cuda_graphs._running["device_wide"])))
     monkeypatch.setattr(runtime.torch.cuda, "memory_reserved", lambda device=None: 0)
     ModelRegistry().release()
     with timed_stage("Talking Head", torch.device("cuda")):
         pass
     assert seen == [("empty", 1), ("sync", 1)] and cuda_graphs._running["device_wide"] == 0
+
+
+@pytest.mark.reliability(
+    area="Soak and faults",
+    case="ComfyUI empties the allocator's cache (after a prompt, before a model load) while a live avatar's "
+         "warm-up records CUDA graphs on another thread (a prompt queued right after Publish Live Avatar)",
+    behaviour="the pack wraps ComfyUI's soft_empty_cache at load: the call waits for the recording to end and no "
+              "recording starts during it (unguarded, the device synchronise inside it breaks the recording and "
+              "aborts the server)")
+def test_comfyuis_own_cache_emptying_waits_for_a_recording_on_another_thread(monkeypatch):
+    """ComfyUI empties the allocator's cache after prompts and before model loads, a device-wide
+    call that breaks a live warm-up's recording on another thread and aborts the server: once the
+    pack is loaded, ComfyUI's call (``main.py``'s, and ``free_memory``'s inside model_management)
+    waits for the recording, with its arguments and result passed through, and a second load
+    wraps nothing twice."""
+    from comfyui_ditto_pack.nodes.comfy_housekeeping import empty_cache_takes_turns
+    from ditto_core import cuda_graphs
+
+    mm = comfy.model_management
+    emptied = []
+    monkeypatch.setattr(mm, "soft_empty_cache", lambda force=False: emptied.append(force) or "emptied")
+    monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: True)  # ComfyUI's default
+    asyncio.run(asyncio.run(pack.comfy_entrypoint()).on_load())
+    assert hasattr(mm.soft_empty_cache, "__wrapped__")  # the pack's load wrapped it
+    empty_cache_takes_turns()  # a second load
+    assert mm.soft_empty_cache.__wrapped__.__name__ == "<lambda>"  # one wrapper over ComfyUI's function
+    recording, leave, results = threading.Event(), threading.Event(), []
+
+    def record():
+        with cuda_graphs.recording_turn(torch.device("cuda"), wait=True):
+            recording.set()
+            assert leave.wait(10)
+            emptied.append("recorded")
+
+    ModelRegistry().pipeline(ModelHandle("/m", "cpu", "fp32"), lambda: _fake_pipeline(1000))  # for free_memory to unload
+    recorder = threading.Thread(target=record)
+    recorder.start()
+    assert recording.wait(10)
+    housekeeping = [threading.Thread(target=lambda: results.append(mm.soft_empty_cache(True))),
+                    threading.Thread(target=lambda: mm.free_memory(1e30, mm.get_torch_device()))]
+    for thread in housekeeping:
+        thread.start()
+    for thread in housekeeping:
+        thread.join(0.2)
+    assert all(thread.is_alive() for thread in housekeeping) and emptied == []  # held while it records
+    leave.set()
+    for thread in (recorder, *housekeeping):
+        thread.join(10)
+    assert emptied[0] == "recorded" and sorted(map(str, emptied[1:])) == ["False", "True"] and results == ["emptied"]
 
 
 def test_comfyui_unload_frees_the_sets_and_the_next_use_reloads_them():
