@@ -3,6 +3,8 @@ computes the convolution it replaces: in Triton's interpreter on the CPU (every 
 on a GPU (autotuned, the real mask-conv shape; inside the compiled engine in
 ``test_triton_kernels.py``). The benchmark's candidate tiles are checked with the kernel's own."""
 import copy
+import inspect
+import threading
 
 import pytest
 import torch
@@ -109,3 +111,44 @@ def test_a_clips_last_frames_share_the_first_batchs_tuning_and_batch_sizes_keep_
     assert {slice_class(frames(n)) for n in (1, 2, 3, 4)} == {64}
     assert [slice_class(frames(n)) for n in (5, 8, 9, 16, 32)] == [128, 128, 256, 256, 512]
     assert slice_class(1) == 64 and slice_class(513) == 1024
+
+
+@pytest.mark.reliability(
+    area="Soak and faults",
+    case="the mask conv's autotuner times its tiles (a shape its cache lacks, on the priming thread) while "
+         "another thread records a CUDA graph (the LMDM's window)",
+    behaviour="each timing waits for the recording to end and holds off new ones (unguarded, its device "
+              "synchronise breaks the recording and aborts the process)")
+def test_timing_a_tile_waits_for_a_recording_on_another_thread(monkeypatch):
+    """Triton times a tile between device synchronises, which break a CUDA-graph recording on
+    another thread and abort the process (a new process's priming thread tunes a shape while the
+    main thread records the LMDM's window): the autotuner times through a device-wide turn."""
+    triton = pytest.importorskip("triton")
+    from ditto_core import cuda_graphs
+    from ditto_core.models import slice_conv_triton
+
+    if "do_bench" in inspect.signature(triton.autotune).parameters:  # Triton >= 3.2
+        assert slice_conv_triton._autotuned_kernel.do_bench is slice_conv_triton._timed_between_recordings
+    timed = []
+    monkeypatch.setattr(slice_conv_triton, "_benchmarker", lambda: lambda call, quantiles: timed.append(
+        (cuda_graphs._running["device_wide"], quantiles)) or call())
+    monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: False)  # the CLI's allocator
+    recording, leave, results = threading.Event(), threading.Event(), []
+
+    def record():
+        with cuda_graphs.recording_turn(torch.device("cuda"), wait=True):
+            recording.set()
+            assert leave.wait(10)
+
+    recorder = threading.Thread(target=record)
+    recorder.start()
+    assert recording.wait(10)
+    timing = threading.Thread(target=lambda: results.append(
+        slice_conv_triton._timed_between_recordings(lambda: [0.3, 0.2, 0.4], (0.5, 0.2, 0.8))))
+    timing.start()
+    timing.join(0.2)
+    assert timing.is_alive() and timed == []  # held while the graph is recorded
+    leave.set()
+    for thread in (recorder, timing):
+        thread.join(10)
+    assert timed == [(1, (0.5, 0.2, 0.8))] and results == [[0.3, 0.2, 0.4]]

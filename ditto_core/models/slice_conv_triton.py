@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from ..cuda_graphs import between_recordings
 from .triton_operators import traceable, triton_operator
 
 __all__ = ["CONFIGS", "best_tile", "pack_weight", "slice_class", "slice_conv_nhwc", "tile_config"]
@@ -135,8 +136,25 @@ def _slice_conv_kernel(
 # The winning tile is kept in Triton's on-disk cache (a JSON of timings, keyed by the kernel's
 # source, the key values and the GPU) where this Triton can, so a new process does not re-time
 # every tile before its first frame.
-_CACHE_TIMINGS = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
-_autotuned_kernel = triton.autotune(configs=CONFIGS, key=["H", "W", "C", "N", "SLICE_CLASS"], **_CACHE_TIMINGS)(
+# Timing a tile synchronises the whole device, and a CUDA-graph recording on another thread
+# meanwhile breaks and aborts the process: a new process's first eager batches run on the priming
+# thread (tuning a shape the cache lacks) while the main thread records the LMDM's window. So each
+# timing takes a device-wide turn (cuda_graphs.between_recordings). Inductor's compiled kernels
+# time tiles with its own benchmarker; this one serves the eager path.
+
+
+def _benchmarker():
+    return triton.runtime.driver.active.get_benchmarker()
+
+
+def _timed_between_recordings(kernel_call, quantiles):
+    with between_recordings():
+        return _benchmarker()(kernel_call, quantiles=quantiles)
+
+
+_AUTOTUNE_OPTIONS = {name: value for name, value in (("cache_results", True), ("do_bench", _timed_between_recordings))
+                     if name in inspect.signature(triton.autotune).parameters}
+_autotuned_kernel = triton.autotune(configs=CONFIGS, key=["H", "W", "C", "N", "SLICE_CLASS"], **_AUTOTUNE_OPTIONS)(
     _slice_conv_kernel)
 
 
