@@ -6,12 +6,12 @@ import contextlib
 import math
 import subprocess
 import sys
-import threading
 
 import pytest
 import torch
 
 from tests.comfy_stubs import REPO, load_pack
+from tests.recording_turns import recording_elsewhere, started_and_waiting
 
 pack = load_pack()
 
@@ -222,27 +222,14 @@ def test_comfyuis_own_cache_emptying_waits_for_a_recording_on_another_thread(mon
     assert hasattr(mm.soft_empty_cache, "__wrapped__")  # the pack's load wrapped it
     empty_cache_takes_turns()  # a second load
     assert mm.soft_empty_cache.__wrapped__.__name__ == "<lambda>"  # one wrapper over ComfyUI's function
-    recording, leave, results = threading.Event(), threading.Event(), []
-
-    def record():
-        with cuda_graphs.recording_turn(torch.device("cuda"), wait=True):
-            recording.set()
-            assert leave.wait(10)
-            emptied.append("recorded")
-
+    results = []
     ModelRegistry().pipeline(ModelHandle("/m", "cpu", "fp32"), lambda: _fake_pipeline(1000))  # for free_memory to unload
-    recorder = threading.Thread(target=record)
-    recorder.start()
-    assert recording.wait(10)
-    housekeeping = [threading.Thread(target=lambda: results.append(mm.soft_empty_cache(True))),
-                    threading.Thread(target=lambda: mm.free_memory(1e30, mm.get_torch_device()))]
+    with recording_elsewhere():
+        housekeeping = started_and_waiting(lambda: results.append(mm.soft_empty_cache(True)),
+                                           lambda: mm.free_memory(1e30, mm.get_torch_device()))
+        assert emptied == []  # held while the graph is recorded
+        emptied.append("recorded")
     for thread in housekeeping:
-        thread.start()
-    for thread in housekeeping:
-        thread.join(0.2)
-    assert all(thread.is_alive() for thread in housekeeping) and emptied == []  # held while it records
-    leave.set()
-    for thread in (recorder, *housekeeping):
         thread.join(10)
     assert emptied[0] == "recorded" and sorted(map(str, emptied[1:])) == ["False", "True"] and results == ["emptied"]
 

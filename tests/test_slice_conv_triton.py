@@ -4,13 +4,13 @@ on a GPU (autotuned, the real mask-conv shape; inside the compiled engine in
 ``test_triton_kernels.py``). The benchmark's candidate tiles are checked with the kernel's own."""
 import copy
 import inspect
-import threading
 
 import pytest
 import torch
 
 from ditto_core.models.depth_tap_conv import DepthTapConv3d
 from tests.parity import rel_l2
+from tests.recording_turns import recording_elsewhere, started_and_waiting
 from tests.triton_interpreter import run_interpreted
 
 INTERPRETED = """
@@ -133,22 +133,10 @@ def test_timing_a_tile_waits_for_a_recording_on_another_thread(monkeypatch):
     monkeypatch.setattr(slice_conv_triton, "_benchmarker", lambda: lambda call, quantiles: timed.append(
         (cuda_graphs._running["device_wide"], quantiles)) or call())
     monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: False)  # the CLI's allocator
-    recording, leave, results = threading.Event(), threading.Event(), []
-
-    def record():
-        with cuda_graphs.recording_turn(torch.device("cuda"), wait=True):
-            recording.set()
-            assert leave.wait(10)
-
-    recorder = threading.Thread(target=record)
-    recorder.start()
-    assert recording.wait(10)
-    timing = threading.Thread(target=lambda: results.append(
-        slice_conv_triton._timed_between_recordings(lambda: [0.3, 0.2, 0.4], (0.5, 0.2, 0.8))))
-    timing.start()
-    timing.join(0.2)
-    assert timing.is_alive() and timed == []  # held while the graph is recorded
-    leave.set()
-    for thread in (recorder, timing):
-        thread.join(10)
+    results = []
+    with recording_elsewhere():
+        timing, = started_and_waiting(lambda: results.append(
+            slice_conv_triton._timed_between_recordings(lambda: [0.3, 0.2, 0.4], (0.5, 0.2, 0.8))))
+        assert timed == []  # held while the graph is recorded
+    timing.join(10)
     assert timed == [(1, (0.5, 0.2, 0.8))] and results == [[0.3, 0.2, 0.4]]
