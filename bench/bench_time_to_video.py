@@ -42,6 +42,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
+from bench.kit_checkpoints import write_kit_checkpoints  # imports no torch
+
 REPO = Path(__file__).resolve().parents[1]  # not bench.scene's: importing it would import torch before the child times that
 
 GOALS = {
@@ -291,7 +293,7 @@ def goal_verdict(got: Optional[float], goal: float, failed: bool = False) -> str
 def ensure_models(args: argparse.Namespace) -> None:
     models = Path(args.models)
     if not (models / "warp_network.pth").exists() and args.make_checkpoints:
-        subprocess.run([sys.executable, str(args.make_checkpoints), "--out", str(models), "--seed", "0"], check=True)
+        write_kit_checkpoints(args.make_checkpoints, models)
     aux = models / "aux_models"
     aux.mkdir(parents=True, exist_ok=True)
     target = aux / "hubert_streaming_fix_kv.onnx"

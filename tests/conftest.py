@@ -12,8 +12,6 @@ pyproject.toml, see ``pytest_xdist_auto_num_workers``), a test file per worker a
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -21,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench.kit_checkpoints import OFFICIAL_FILES, write_kit_checkpoints
 from ditto_core.atomic_files import folder_lock
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -42,14 +41,6 @@ if XDIST_WORKER:
 SHARED = Path(os.environ.get("DITTO_SHARED", REPO_ROOT.parent / "shared"))
 REFERENCE = SHARED / "reference"
 EXAMPLE = SHARED / "data" / "ditto_example"
-OFFICIAL_FILES = (
-    "appearance_extractor.pth",
-    "motion_extractor.pth",
-    "warp_network.pth",
-    "decoder.pth",
-    "stitch_network.pth",
-    "lmdm_v0.4_hubert.pth",
-)
 
 
 def pytest_xdist_auto_num_workers(config):
@@ -131,18 +122,12 @@ def official_ckpt_dir(reference_dir, tmp_path_factory) -> Path:
 
 
 def _make_checkpoints(reference_dir: Path, out: Path) -> None:
-    made = subprocess.run(
-        [sys.executable, str(reference_dir / "make_checkpoints.py"), "--out", str(out), "--seed", "0"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
-    # Status 3: every file is written, but a content digest differs from the kit's. The
-    # spectral-norm u/v come from numpy's SVD, whose last bits follow the CPU's LAPACK kernels
-    # (an AVX-512 machine differs); the parity tests compare numbers within tolerance and stay
-    # the judge of whether the weights are the reference cases' ones.
-    if made.returncode == 3 and all((out / f).is_file() for f in OFFICIAL_FILES):
-        warnings.warn(f"make_checkpoints.py: {made.stderr.strip() or 'digest mismatch'}; testing on these files")
-    elif made.returncode != 0:
-        pytest.fail(f"make_checkpoints.py failed (status {made.returncode}): {made.stderr.strip()}")
+    try:
+        differs = write_kit_checkpoints(reference_dir / "make_checkpoints.py", out)
+    except RuntimeError as error:
+        pytest.fail(str(error))
+    if differs:
+        warnings.warn(f"make_checkpoints.py: {differs}; testing on these files")
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import OFFICIAL_FILES, REPO_ROOT
+from bench.kit_checkpoints import OFFICIAL_FILES, write_kit_checkpoints
+from tests.conftest import REPO_ROOT
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
 pytestmark = pytest.mark.skipif(not COMFYUI_DIR, reason="set COMFYUI_DIR to a ComfyUI checkout to run the live test")
@@ -91,8 +92,7 @@ def _write_models(ditto_dir: Path, reference_dir: Path) -> None:
         for name in OFFICIAL_FILES:
             (ditto_dir / name).symlink_to(Path(given) / name)
     else:
-        subprocess.run([sys.executable, str(reference_dir / "make_checkpoints.py"), "--out", str(ditto_dir), "--seed", "0"],
-                       check=True, stdout=subprocess.DEVNULL)
+        write_kit_checkpoints(reference_dir / "make_checkpoints.py", ditto_dir)
     write_stub_hubert(ditto_dir / "aux_models" / "hubert_streaming_fix_kv.onnx")
 
 
