@@ -19,10 +19,11 @@ from torch import Tensor
 from .compilation import uses_cuda_malloc_async
 
 _recordings = 0  # recording_turn() blocks that were given the turn
-# Blocks running now, on any thread: "side", beside_captures(); "device_wide", between_recordings().
-_running = {"side": 0, "device_wide": 0}
+# Blocks running now, on any thread: "side", beside_captures(); "compiling", beside_captures(compiling=True);
+# "device_wide", between_recordings().
+_running = {"side": 0, "compiling": 0, "device_wide": 0}
 _turns = threading.Condition()
-# Per thread: .side, its beside_captures() blocks; .recording, its recording turns; .device_wide, its
+# Per thread: .side / .compiling, its beside_captures() blocks; .recording, its recording turns; .device_wide, its
 # between_recordings() blocks; .wait, whether its recordings wait for their turn (recordings_wait())
 # rather than being put off.
 _this_thread = threading.local()
@@ -33,7 +34,7 @@ def _mine(name: str) -> int:
 
 
 @contextlib.contextmanager
-def beside_captures() -> Iterator[None]:
+def beside_captures(compiling: bool = False) -> Iterator[None]:
     """Mark the block as GPU work beside recordings (a priming run, a compile's warm-up, a render
     beside the worker that generates its motion).
 
@@ -45,8 +46,13 @@ def beside_captures() -> Iterator[None]:
     LMDM window recorded beside the warp+decode priming). So the two take turns: a recording is
     put off (or waits) while such a block runs elsewhere (:func:`recording_turn`), and a block
     starting during another thread's recording waits for its end (one recording: milliseconds).
+
+    ``compiling``: the block compiles (a compiled engine's first run). Inductor times candidate
+    configurations of its kernels between device synchronises, code of PyTorch's that cannot take
+    :func:`between_recordings`' turn, so under either allocator recordings on other threads are
+    put off (or wait) while it runs.
     """
-    with _outside_recordings("side"):
+    with _outside_recordings("compiling" if compiling else "side"):
         yield
 
 
@@ -108,16 +114,17 @@ def recording_turn(device: torch.device, wait: Optional[bool] = None) -> Iterato
     :func:`beside_captures` block, :func:`between_recordings` block or other recording starts on
     another thread, and the block first waits for those of the latter two running elsewhere
     (``torch.cuda.graph`` itself synchronises the device and empties the cache as it starts a
-    recording, which would break one running on another thread). Always yes under the native
-    allocator. Under ``cudaMallocAsync``: while a :func:`beside_captures` block runs on another
-    thread, no (the caller runs eagerly and asks again later), or with ``wait`` (default: within
+    recording, which would break one running on another thread). Yes under the native
+    allocator, but while a compiling :func:`beside_captures` block runs on another thread. Under
+    ``cudaMallocAsync``: while any :func:`beside_captures` block runs on another thread, no (the
+    caller runs eagerly and asks again later), or with ``wait`` (default: within
     :func:`recordings_wait`) yes once it has ended."""
     global _recordings
     native = not uses_cuda_malloc_async(device)
     wait = getattr(_this_thread, "wait", False) if wait is None else wait
 
     def side_work_done() -> bool:
-        return native or _running["side"] == _mine("side")
+        return _running["compiling"] == _mine("compiling") and (native or _running["side"] == _mine("side"))
 
     with _turns:
         _turns.wait_for(lambda: _running["device_wide"] == _mine("device_wide") and _recordings == _mine("recording")

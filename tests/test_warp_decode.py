@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ditto_core import compilation, priming
+from ditto_core import compilation, cuda_graphs, priming
 from ditto_core.errors import DittoError, InputError, Interrupted
 from ditto_core.models.checkpoints import load_network
 from ditto_core.models.depth_tap_conv import DepthTapConv3d
@@ -723,6 +723,50 @@ def test_background_warmup_renders_eagerly_until_the_graph_is_ready(gated_compil
     assert engine.stats.graph_batches == 2 and calls[1:] == [threading.current_thread().name] * 2
     engine.start_warmup(volume_shape=tuple(source.f_s.shape[1:]))  # idempotent: no second compile
     assert len(engine._warmups) == 1
+
+
+@pytest.mark.reliability(
+    area="Soak and faults",
+    case="the engine compiles (its first compiled batch, or a warm-up in the background) while another thread "
+         "records a CUDA graph (the LMDM's window, a live avatar's warm-up), under PyTorch's native allocator",
+    behaviour="the compile is marked: recordings on other threads are put off (they run eagerly) or wait until "
+              "it ends, since Inductor times its kernels between device synchronises that would break them")
+def test_a_recording_beside_a_compile_is_put_off_under_either_allocator(gated_compile, monkeypatch):
+    """A first-ever compile times its kernels' configurations between device synchronises, which
+    break a recording on another thread and abort the process. While the engine compiles (a
+    background warm-up, a foreground first batch), recordings elsewhere are put off, under the
+    native allocator too; its later calls compile nothing and hold nothing."""
+    gate, calls = gated_compile
+    monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: False)
+
+    def recording_allowed() -> bool:
+        with cuda_graphs.recording_turn(torch.device("cuda")) as allowed:
+            return allowed
+
+    warp, decoder = toy_networks()
+    source = make_source(volumes(1))
+    engine = WarpDecodeEngine(warp, decoder, batch_size=4, first_batch=2, warmup="background")
+    engine.start_warmup(volume_shape=tuple(source.f_s.shape[1:]))
+    deadline = time.monotonic() + 30
+    while cuda_graphs._running["compiling"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not recording_allowed()  # the warm-up thread is compiling
+    gate.set()
+    assert engine._warmups[(True, 4)].ready.wait(timeout=30)
+    assert recording_allowed() and cuda_graphs._running["compiling"] == 0
+
+    inside = []
+    step = engine._step
+    engine._step = lambda *args: inside.append(cuda_graphs._running["compiling"]) or step(*args)
+    engine.render(source, make_motion(9))  # two full batches through the compiled step
+    assert inside == [0, 0]  # compiled already: nothing marked
+    foreground = WarpDecodeEngine(warp, decoder, batch_size=4, first_batch=2, warmup="background")
+    step = foreground._step
+    foreground._step = lambda *args: inside.append(cuda_graphs._running["compiling"]) or step(*args)
+    motion = make_motion(4)
+    for _ in range(2):
+        foreground._run_compiled(foreground._arguments(source.f_s, motion.kp_source, motion.kp_driving, None, 4))
+    assert inside[2:] == [1, 0]  # an engine's first compiled call compiles, wherever it runs
 
 
 def test_deferred_warmup_compiles_only_once_a_clip_is_rendered(gated_compile):

@@ -42,6 +42,7 @@ precision, which is exactly what must stay float32.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -55,7 +56,7 @@ from torch import Tensor, nn
 
 from ..aot_packages import AotUnavailable, PackageCache
 from ..compilation import announce_once, compile_available, compile_failures, reset_compiled_state, uses_cuda_malloc_async
-from ..cuda_graphs import between_recordings, device_synchronize
+from ..cuda_graphs import beside_captures, between_recordings, device_synchronize
 from ..errors import DittoError, InputError
 from ..models.keypoints import NUM_KP
 from ..models.triton_kernels import register_triton_operators, triton_kernels_supported, use_triton_kernels_
@@ -380,7 +381,7 @@ class WarpDecodeEngine(nn.Module):
             with torch.inference_mode():
                 f_s = torch.zeros(1 if shared_volume else size, *volume_shape, device=self.device, dtype=self.dtype)
                 kp = torch.zeros(size, NUM_KP, 3, device=self.device)
-                self._run_compiled(self._arguments(f_s, kp, kp, None, size))
+                self._run_compiled(self._arguments(f_s, kp, kp, None, size), compiling=True)
         except BaseException as error:  # handed to the rendering thread, which falls back to eager code
             warm.error = error
         finally:
@@ -471,12 +472,15 @@ class WarpDecodeEngine(nn.Module):
         warm = self._warmups.get((shared_volume, self.batch_size))
         return warm is not None
 
-    def _run_compiled(self, args: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+    def _run_compiled(self, args: tuple[Tensor, Tensor, Tensor], compiling: bool = False) -> Tensor:
+        """One call of the compiled step; ``compiling``: it compiles a new shape (a warm-up), as the
+        first call does. A compile synchronises the device (cuda_graphs.beside_captures)."""
         first = self.stats.compile_seconds is None
         start = time.perf_counter()
         # Every call is a new step for CUDA-graph trees: the previous outputs were copied out.
         torch.compiler.cudagraph_mark_step_begin()
-        out = self._step(*args)
+        with beside_captures(compiling=True) if first or compiling else contextlib.nullcontext():
+            out = self._step(*args)
         if first:
             if out.is_cuda:
                 device_synchronize(out.device)  # once per engine, to time the compile honestly
