@@ -13,19 +13,20 @@ from ditto_core import cuda_graphs
 
 @contextlib.contextmanager
 def recording_elsewhere() -> Iterator[None]:
-    """Holds a recording turn on another thread for the block (the caller picks the allocator
-    by patching ``cuda_graphs.uses_cuda_malloc_async``)."""
-    recording, leave = threading.Event(), threading.Event()
+    """Holds a recording turn on another thread for the block, given (not put off) before the
+    block starts (the caller picks the allocator by patching ``cuda_graphs.uses_cuda_malloc_async``)."""
+    recording, leave, given = threading.Event(), threading.Event(), []
 
     def record() -> None:
-        with cuda_graphs.recording_turn(torch.device("cuda"), wait=True):
+        with cuda_graphs.recording_turn(torch.device("cuda"), wait=True) as allowed:
+            given.append(allowed)
             recording.set()
             leave.wait(10)
 
     recorder = threading.Thread(target=record)
     recorder.start()
     try:
-        assert recording.wait(10)
+        assert recording.wait(10) and given == [True]
         yield
     finally:
         leave.set()

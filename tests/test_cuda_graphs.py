@@ -21,6 +21,7 @@ import torch
 
 from ditto_core import cuda_graphs
 from ditto_core.cuda_graphs import CapturedCall, beside_captures, between_recordings, recording_turn
+from tests.recording_turns import recording_elsewhere, started_and_waiting
 
 REPO = Path(__file__).resolve().parents[1]
 REPLAYS = 150
@@ -129,29 +130,17 @@ def test_a_device_wide_call_waits_for_a_recording_on_another_thread(monkeypatch,
     """A device synchronize while another thread records fails the recording and aborts the process
     (session 43), whichever allocator: the call waits for the recording to end."""
     monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: malloc_async)
-    order, recording, leave = [], threading.Event(), threading.Event()
-
-    def record():
-        with recording_turn(torch.device("cuda"), wait=True) as allowed:
-            assert allowed
-            recording.set()
-            assert leave.wait(10)
-            order.append("recorded")
+    order = []
 
     def synchronize():
         with between_recordings():
             order.append("synchronized")
 
-    recorder = threading.Thread(target=record)
-    recorder.start()
-    assert recording.wait(10)
-    syncing = threading.Thread(target=synchronize)
-    syncing.start()
-    syncing.join(0.2)
-    assert syncing.is_alive() and order == []  # held while the graph is recorded
-    leave.set()
-    for thread in (recorder, syncing):
-        thread.join(10)
+    with recording_elsewhere():
+        syncing, = started_and_waiting(synchronize)
+        assert order == []  # held while the graph is recorded
+        order.append("recorded")
+    syncing.join(10)
     assert order == ["recorded", "synchronized"]
 
 
@@ -189,28 +178,13 @@ def test_recordings_on_two_threads_take_turns(monkeypatch, malloc_async):
     """``torch.cuda.graph`` synchronises the device as it starts: a second recording must not start
     while a first runs on another thread."""
     monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: malloc_async)
-    order, recording, leave = [], threading.Event(), threading.Event()
-
-    def first():
-        with recording_turn(torch.device("cuda")) as allowed:
-            recording.set()
-            assert leave.wait(10)
-            order.append(("first", allowed))
-
-    def second():
-        with recording_turn(torch.device("cuda")) as allowed:
-            order.append(("second", allowed))
-
-    threads = [threading.Thread(target=first), threading.Thread(target=second)]
-    threads[0].start()
-    assert recording.wait(10)
-    threads[1].start()
-    threads[1].join(0.2)
-    assert threads[1].is_alive() and order == []
-    leave.set()
-    for thread in threads:
-        thread.join(10)
-    assert order == [("first", True), ("second", True)]
+    order = []
+    with recording_elsewhere():  # the first, given its turn
+        second, = started_and_waiting(lambda: order.append(("second", _turn(torch.device("cuda")))))
+        assert order == []
+        order.append("first")
+    second.join(10)
+    assert order == ["first", ("second", True)]
 
 
 def test_a_thread_is_never_held_by_its_own_recording_or_device_wide_call(monkeypatch):
