@@ -22,8 +22,14 @@ from typing import Literal
 
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 ExtractorNorm = Literal["layer", "group"]
+
+# Not cuDNN's attention, PyTorch's first choice on Hopper: it builds an execution plan at a
+# process's first call of each shape, which a new process's first clip waits for; the flash and
+# memory-efficient kernels need no plan (math is the CPU's).
+_ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 @dataclass(frozen=True)
@@ -238,4 +244,5 @@ class Hubert(nn.Module):
 
     def forward(self, samples: Tensor) -> Tensor:
         x = self.feature_extractor(samples.to(self.feature_projection.linear.weight.dtype))
-        return self.encoder(self.feature_projection(x.transpose(1, 2)))
+        with sdpa_kernel(_ATTENTION_BACKENDS):
+            return self.encoder(self.feature_projection(x.transpose(1, 2)))
