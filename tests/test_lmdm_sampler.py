@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from ditto_core import compilation
+from ditto_core import compilation, cuda_graphs
 from ditto_core.errors import InputError, Interrupted
 from ditto_core.models.checkpoints import load_network
 from ditto_core.models.lmdm import LMDM
@@ -134,6 +134,43 @@ def test_compiled_step_is_traced_once_for_every_step_count(monkeypatch):
         want = DDIMSampler(model, steps).sample(kp, aud, x_T, noise)
         assert rel_l2(compiled.sample(kp, aud, x_T, noise), want) < 1e-6
     assert counters["stats"]["unique_graphs"] == 1
+    torch._dynamo.reset()
+
+
+@pytest.mark.reliability(
+    area="Soak and faults",
+    case="a compiled LMDM sampler (--lmdm-compile) compiles a window shape, eagerly (its recording put off, or no "
+         "CUDA graphs) while another thread would record a graph",
+    behaviour="its first window at each shape is marked as compiling: recordings on other threads are put off (or "
+              "wait) until it ends, since Inductor times its kernels between device synchronises")
+def test_a_compiled_samplers_first_window_at_each_shape_puts_recordings_elsewhere_off(monkeypatch):
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: real_compile(fn, backend="eager", **kwargs))
+    monkeypatch.setattr(lmdm_sampler, "compile_available", lambda device: (True, ""))
+    monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: False)
+    model = LMDM().eval().requires_grad_(False)
+
+    def recording_elsewhere_allowed() -> bool:
+        given = []
+
+        def record() -> None:
+            with cuda_graphs.recording_turn(torch.device("cuda")) as allowed:
+                given.append(allowed)
+
+        thread = threading.Thread(target=record)
+        thread.start()
+        thread.join(10)
+        return given == [True]
+
+    for compile_ in (True, False):
+        sampler = DDIMSampler(model, 2, cuda_graph=False, compile=compile_)
+        loop, seen = sampler._loop, []
+        sampler._loop = lambda *args: seen.append(recording_elsewhere_allowed()) or loop(*args)
+        for batch in (1, 1, 2):
+            kp, aud, x_T = torch.randn(batch, D), torch.randn(batch, W, 1103), torch.randn(batch, W, D)
+            sampler.sample(kp, aud, x_T, torch.randn(sampler.noise_shape(batch)))
+        # Compiled: put off at each new shape's first window only; uncompiled: never.
+        assert seen == ([False, True, False] if compile_ else [True, True, True])
     torch._dynamo.reset()
 
 

@@ -24,7 +24,7 @@ import copy
 import logging
 import math
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from typing import Any, Iterator, Optional, Protocol
 
@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..compilation import announce_once, compile_available, compile_failures, uses_cuda_malloc_async
-from ..cuda_graphs import CapturedCall, recording_turn
+from ..cuda_graphs import CapturedCall, beside_captures, recording_turn
 from ..errors import InputError
 from ..models.keypoints import MOTION_DIM
 from ..models.lmdm import DIFFUSION_STEPS, LMDM, WINDOW, RotaryAttention, cosine_alphas_cumprod
@@ -152,6 +152,7 @@ class DDIMSampler:
         self._graphs: dict[tuple, CapturedCall] = {}
         self._capture_stream: Optional[torch.cuda.Stream] = None
         self._ran_eagerly = threading.local()
+        self._compiled_shapes: set[tuple] = set()  # (kp_cond, aud_cond) shapes the compiled step has run at
 
     def _eager_keys(self) -> set[tuple]:
         """The graph keys this thread sampled eagerly because their recording was put off."""
@@ -207,10 +208,19 @@ class DDIMSampler:
         return x_start * self.alpha_next_sqrt[i] + self.c[i] * pred_noise + self.sigma[i] * noise
 
     def _run(self, kp_cond: Tensor, aud_cond: Tensor, x: Tensor, noise: Tensor) -> Tensor:
-        """The eager loop; nothing in it reads device values back to the host."""
-        with _matmul_precision(self.precision, x.device):
+        """The eager loop; nothing in it reads device values back to the host.
+
+        The first run at each shape of a compiled sampler compiles, which synchronises the device:
+        it is marked (cuda_graphs.beside_captures), so recordings on other threads wait or are put off."""
+        shape = (tuple(kp_cond.shape), tuple(aud_cond.shape))
+        compiling = self.compile and shape not in self._compiled_shapes
+        marked = beside_captures(compiling=True) if compiling else nullcontext()
+        with _matmul_precision(self.precision, x.device), marked:
             try:
-                return self._loop(kp_cond, aud_cond, x, noise)
+                result = self._loop(kp_cond, aud_cond, x, noise)
+                if compiling:
+                    self._compiled_shapes.add(shape)
+                return result
             except compile_failures() as error:
                 if not self.compile:
                     raise
