@@ -2,7 +2,8 @@
 # Prepared in session 45 for the next device call (about 560 s on one GPU, a fresh machine).
 # graph_tree_turn.patch (branch s45-graph-tree-turn): every CUDA-graph-tree call of the engine
 # holds the recording turn, the first (the manager's first graph, the compile) included.
-# 1. its GPU test, then every warp+decode and CUDA-graph GPU test, on a copy with the patch applied;
+# 1. its GPU test, then every warp+decode, CUDA-graph and LMDM GPU test (main's LMDM compile now
+#    marked: ce42d09), on a copy with the patch applied;
 # 2. the CLI on a 60-s clip (a foreground compile: graph trees), main and the copy alternating:
 #    does holding the turn cost a warm render anything, and does a compile ever hang?
 # Carry [".whl", ".carry/shared/data", ".carry/shared/reference/make_checkpoints.py",
@@ -26,8 +27,8 @@ rm -rf /tmp/g && mkdir /tmp/g && cp -r ditto_core bench tests nodes docs __init_
 (cd /tmp/g && timeout 150 python3 -m pytest -m gpu -v -n 0 -p no:cacheprovider --no-header -rfE --tb=short \
   tests/test_warp_decode.py -k graph_tree_records) > $O/graph_tree.log 2>&1
 stamp "graph-tree test" $?; grep -E "PASSED|FAILED|ERROR|^E " $O/graph_tree.log | cut -c1-200 | head -8; pack
-(cd /tmp/g && timeout 240 python3 -m pytest -m gpu -v -n 0 -p no:cacheprovider --no-header -rfE --tb=short \
-  tests/test_warp_decode.py tests/test_cuda_graphs.py -k "not graph_tree_records") > $O/gpu_tests.log 2>&1
+(cd /tmp/g && timeout 270 python3 -m pytest -m gpu -v -n 0 -p no:cacheprovider --no-header -rfE --tb=short \
+  tests/test_warp_decode.py tests/test_cuda_graphs.py tests/test_lmdm_sampler.py -k "not graph_tree_records") > $O/gpu_tests.log 2>&1
 stamp "gpu tests" $?; grep -E "PASSED|FAILED|ERROR" $O/gpu_tests.log | cut -c1-160; pack
 wait $HUBERT_PID
 ttv() {  # name dir
