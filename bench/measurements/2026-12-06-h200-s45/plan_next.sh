@@ -1,7 +1,8 @@
 #!/bin/bash
 # Prepared in session 45 for the next device call (about 560 s on one GPU, a fresh machine).
-# graph_tree_turn.patch (branch s45-graph-tree-turn): every CUDA-graph-tree call of the engine
-# holds the recording turn, the first (the manager's first graph, the compile) included.
+# graph_tree_turn.patch (branch s45-graph-tree-turn): an engine's CUDA-graph-tree calls that may
+# record (a thread's first two at each shape: the manager's first graph and the compile, then the
+# step's graph) hold the recording turn; replays take none.
 # 1. its GPU test, then every warp+decode, CUDA-graph and LMDM GPU test (main's LMDM compile now
 #    marked: ce42d09), on a copy with the patch applied;
 # 2. the CLI on a 60-s clip (a foreground compile: graph trees), main and the copy alternating:

@@ -1,8 +1,9 @@
 #!/bin/bash
 # Prepared in session 45 for the call after plan_next.sh, on the same warm machine (about 420 s):
 # live engines run from CUDA-graph trees under `serve`'s native allocator, so with
-# graph_tree_turn.patch every live render batch takes the recording turn. bench_live at 10
-# streams, branch / main / branch (the first run compiles every batch size: about 160 s cold).
+# graph_tree_turn.patch their warm-up's first two calls at each batch size take the recording
+# turn (serving replays take none). bench_live at 10 streams, branch / main / branch (the first
+# run compiles every batch size: about 160 s cold).
 set -u
 START=$(date +%s)
 OUT=$(cd "$OUT" && pwd)
