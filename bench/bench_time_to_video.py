@@ -60,8 +60,13 @@ GOALS = {
 
 def _child(args: argparse.Namespace) -> None:
     """One process: imports, models, then one job per ``--job`` (audio path), JSON on stdout."""
+    from ditto_core.cuda_start import start_cuda_context  # imports no torch
+
     times: dict[str, Any] = {}
+    engine_warmup, suffixes = parse_variant(args.warmup)
     start = time.time()
+    if engine_warmup in ("cli", "aot") and "-latecuda" not in suffixes:  # as the CLI's flag check does
+        start_cuda_context(args.device)
     import torch
 
     times["import_torch_s"] = time.time() - start
@@ -77,7 +82,6 @@ def _child(args: argparse.Namespace) -> None:
     device = torch.device(args.device)
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[args.precision]
     start = time.time()
-    engine_warmup, suffixes = parse_variant(args.warmup)
     ahead = "-ahead" in suffixes
     motion_options = MotionOptions(steps=args.steps, sampler_precision="fp32" if "-lmdmfp32" in suffixes else "auto")
     warmup, min_frames = {"background": ("background", 0), "foreground": ("foreground", 0),
@@ -127,6 +131,8 @@ def _child(args: argparse.Namespace) -> None:
 WARMUPS = ("cli", "foreground", "background", "aot")
 VARIANT_SUFFIXES = {
     "-ahead": "the motion generated ahead of the render (DittoPipeline motion_ahead)",
+    "-latecuda": "cli / aot: the GPU's context made by PyTorch's first CUDA call, not while PyTorch imports "
+                 "(before session 46)",
     "-lmdmfp32": "the LMDM sampled in fp32, the default before 'auto' (tf32 beside half-precision networks)",
     "-noprime": "the engine's eager path not primed while the clip is prepared (before session 16)",
     "-prime1": "the engine's eager path primed at the first batch's shape only, not a full batch's too",

@@ -20,6 +20,7 @@ from typing import Callable, Optional, Sequence, TextIO
 from .atomic_files import cannot_write_under
 from .batch import cli as batch_cli
 from .cli_types import int_in, positive_seconds
+from .cuda_start import start_cuda_context
 from .errors import DittoError
 from .live import cli as live_cli
 from .motion.option_values import EMOTIONS, MAX_SEED, MAX_STEPS
@@ -132,7 +133,11 @@ def add_pipeline_flags(p: argparse.ArgumentParser) -> None:
 
 
 def check_pipeline_flags(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    """What no single pipeline flag's type can see: the machine's devices, combinations."""
+    """What no single pipeline flag's type can see: the machine's devices, combinations.
+
+    Called only when this process renders, before its first import of PyTorch: the GPU's
+    context is made meanwhile (:mod:`.cuda_start`)."""
+    start_cuda_context(args.device)
     device = check_device(args.device, parser)
     if device.type == "cpu" and args.precision != "fp32":
         parser.error(f"argument --precision: {args.precision} is a GPU fast path; on the CPU use fp32 "
