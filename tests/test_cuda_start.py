@@ -62,6 +62,9 @@ def test_the_default_device_is_the_first_gpu_and_a_users_module_loading_is_kept(
     assert os.environ["CUDA_MODULE_LOADING"] == "EAGER"
 
 
+@pytest.mark.reliability(area="Files and processes", case="render on a GPU the driver refuses (no device, --device cuda:N beyond the GPUs)",
+                         behaviour="The early context start stops at the refused call and raises nothing; the --device "
+                                   "check then names the flag and the GPUs there are.")
 def test_a_failing_driver_call_stops_the_start_quietly():
     driver = FakeDriver(fail={"cuInit": 100})  # CUDA_ERROR_NO_DEVICE
     assert [call[0] for call in started("cuda", driver)] == ["cuInit"]
@@ -69,6 +72,9 @@ def test_a_failing_driver_call_stops_the_start_quietly():
     assert [call[0] for call in started("cuda:5", driver)] == ["cuInit", "cuDeviceGet"]
 
 
+@pytest.mark.reliability(area="Files and processes", case="render on a machine without an NVIDIA driver or with a CPU-only PyTorch",
+                         behaviour="No context is started (a CPU build never loads the driver); the render runs on the "
+                                   "CPU as before.")
 def test_a_machine_without_a_driver_starts_nothing_and_raises_nothing(monkeypatch):
     errors = []
     monkeypatch.setattr(threading, "excepthook", errors.append)
