@@ -86,6 +86,13 @@ def test_cuda_without_cuda_is_one_line(inputs, no_heavy_work, capsys):
     assert "argument --device: cuda was asked for, but PyTorch sees no CUDA GPU here" in line and "--device cpu" in line
 
 
+def test_a_gpu_beyond_the_machines_is_one_line(inputs, no_heavy_work, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    line = _refused(inputs + ["--device", "cuda:2"], capsys)
+    assert "argument --device: cuda:2 does not exist: this machine has 2 GPU(s), cuda:0 to cuda:1" in line
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the default device is CUDA")
 def test_half_precision_on_the_cpu_is_refused(inputs, no_heavy_work, capsys):
     assert "argument --precision: fp16 is a GPU fast path" in _refused(inputs + ["--precision", "fp16"], capsys)
