@@ -25,8 +25,8 @@ HUBERT_PID=$!
 stamp preamble 0
 gpu_pytest 60 tests/test_cuda_start.py > $O/cuda_start.log 2>&1
 stamp "cuda_start test" $?; grep -E "PASSED|FAILED|ERROR|^E " $O/cuda_start.log | cut -c1-200 | head -8
-rm -rf /tmp/g && mkdir /tmp/g && cp -r ditto_core bench tests nodes docs __init__.py pyproject.toml /tmp/g/ \
-  && (cd /tmp/g && patch -s -p1 < $OLDPWD/$P) || exit 1
+rm -rf /tmp/g && mkdir /tmp/g && cp -r ditto_core bench tests nodes __init__.py pyproject.toml /tmp/g/ \
+  && (cd /tmp/g && git apply --exclude="docs/*" $OLDPWD/$P) || exit 1
 (cd /tmp/g && gpu_pytest 150 tests/test_warp_decode.py -k graph_tree_records) > $O/graph_tree.log 2>&1
 stamp "graph-tree test" $?; grep -E "PASSED|FAILED|ERROR|^E " $O/graph_tree.log | cut -c1-200 | head -8; pack
 wait $HUBERT_PID
