@@ -5,7 +5,7 @@
 set -u
 OUT=$(cd "$OUT" && pwd)
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/g  # the patched copy, not this tree
-D=$PWD/bench/measurements/2026-12-07-h200-s46
+D=$PWD/bench/measurements/2026-12-07-h100-s46
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 rm -rf /tmp/g && mkdir /tmp/g && cp -r ditto_core bench tests nodes __init__.py pyproject.toml /tmp/g/ \
   && (cd /tmp/g && git apply --exclude="docs/*" $D/../2026-12-06-h200-s45/graph_tree_turn.patch) || exit 1
