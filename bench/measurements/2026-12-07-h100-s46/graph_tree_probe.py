@@ -80,6 +80,24 @@ def wrap_compiled_calls() -> None:
     warp_decode.WarpDecodeEngine._run_compiled = logged
 
 
+def wrap_graph_trees() -> None:
+    """The tree manager's own steps: made (its first recording), a warm-up, a recording, a replay."""
+    from torch._inductor import cudagraph_trees
+
+    manager = cudagraph_trees.CUDAGraphTreeManager
+    for name in ("__init__", "run_eager", "record_function", "execute_node"):
+        method = getattr(manager, name)
+
+        def logged(self, *args, _method=method, _name=name, **kwargs):
+            note(f"tree {_name} start")
+            try:
+                return _method(self, *args, **kwargs)
+            finally:
+                note(f"tree {_name} end")
+
+        setattr(manager, name, logged)
+
+
 def main() -> int:
     variant = sys.argv[1]
     if variant == "all":
@@ -87,6 +105,8 @@ def main() -> int:
     wrap_graph_context()
     wrap_synchronize()
     wrap_compiled_calls()
+    wrap_graph_trees()
+    torch._logging.set_logs(recompiles=True)
     status = 0
     with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as monkeypatch:
         try:
@@ -97,8 +117,8 @@ def main() -> int:
             print(f"{variant}: FAILED {type(error).__name__}: {str(error)[:200]}")
     interesting = [e for e in events if "compiled call" in e[2] or "capture" in e[2] or "graph enter" in e[2]
                    or e[1] == "MainThread"]
-    print(f"{len(events)} events; the main thread's and every recording's, last 60:")
-    for event in interesting[-60:]:
+    print(f"{len(events)} events; the main thread's and every recording's, last 120:")
+    for event in interesting[-120:]:
         print(*event, sep="  ")
     return status
 
