@@ -4,7 +4,7 @@
 # turn, twice each. No carry needed (toy networks).
 set -u
 OUT=$(cd "$OUT" && pwd)
-export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/g  # the patched copy, not this tree
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/g${PYTHONPATH:+:$PYTHONPATH}  # the patched copy, not this tree
 D=$PWD/bench/measurements/2026-12-07-h100-s46
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 rm -rf /tmp/g && mkdir /tmp/g && cp -r ditto_core bench tests nodes __init__.py pyproject.toml /tmp/g/ \
