@@ -74,7 +74,10 @@ def wrap_compiled_calls() -> None:
         except BaseException as error:
             note(f"compiled call {index} raised {type(error).__name__}")
             raise
-        note(f"compiled call {index} end (None: {out is None})")
+        from torch._dynamo.utils import counters
+
+        note(f"compiled call {index} end (None: {out is None}; Dynamo graphs so far: "
+             f"{counters['stats'].get('unique_graphs', 0)})")
         return out
 
     warp_decode.WarpDecodeEngine._run_compiled = logged
