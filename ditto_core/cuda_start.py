@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Optional
 
-__all__ = ["start_cuda_context"]
+__all__ = ["start_cuda_context", "torch_build_has_cuda"]
 
 log = logging.getLogger(__name__)
 
