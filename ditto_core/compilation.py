@@ -8,12 +8,16 @@ than once per batch or per node run.
 from __future__ import annotations
 
 import logging
+import threading
+from typing import Hashable
 
 import torch
 
-__all__ = ["announce_once", "compile_available", "compile_failures", "uses_cuda_malloc_async", "reset_compiled_state"]
+__all__ = ["announce_once", "compile_available", "compile_failures", "uses_cuda_malloc_async", "reset_compiled_state",
+           "GraphTreeCalls", "graph_tree_replayed"]
 
 _announced: set[str] = set()
+_resets = 0  # reset_compiled_state() calls: graph trees record anew after each
 
 
 def compile_available(device: torch.device) -> tuple[bool, str]:
@@ -79,7 +83,53 @@ def reset_compiled_state() -> None:
     """
     import torch._dynamo
 
+    global _resets
     torch._dynamo.reset()
+    _resets += 1
+
+
+class GraphTreeCalls:
+    """Which calls of one ``mode="reduce-overhead"`` function may record a CUDA graph.
+
+    Torch's graph trees keep a manager per thread and device, which records a first graph as it
+    is made; a function's first calls at each input shape run eagerly (its warm-up, which
+    synchronises the device) and then record, and a recompile (a new shape, a guard that failed)
+    or a replay whose checks fail starts over. How many calls that takes is torch's own affair
+    (a count of two failed a GPU test whose calls recompiled), so none is assumed: a call may
+    record until the last call at the same key on the same thread was seen to replay
+    (:func:`graph_tree_replayed`), and again after :func:`reset_compiled_state`.
+    """
+
+    def __init__(self) -> None:
+        self._local = threading.local()  # .resets: _resets when .replayed was started; .replayed: {key: bool}
+
+    def may_record(self, key: Hashable) -> bool:
+        return not self._replayed().get(key, False)
+
+    def done(self, key: Hashable, device: torch.device) -> None:
+        """Note how a call at ``key`` on ``device`` that just ran on this thread ended."""
+        self._replayed()[key] = graph_tree_replayed(device)
+
+    def _replayed(self) -> dict:
+        local = self._local
+        if getattr(local, "resets", None) != _resets:
+            local.resets, local.replayed = _resets, {}
+        return local.replayed
+
+
+def graph_tree_replayed(device: torch.device) -> bool:
+    """Whether this thread's CUDA-graph-tree manager on ``device`` ended its last call replaying
+    recorded graphs only (no warm-up, no recording); False where torch does not say."""
+    if device.type != "cuda":
+        return False
+    try:
+        from torch._inductor import cudagraph_trees
+
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        manager = cudagraph_trees.get_manager(index, create_if_none_exists=False)
+        return manager is not None and manager.path_state == cudagraph_trees.ExecutionState.EXECUTION
+    except Exception:  # noqa: BLE001 - torch's internals moved: every call then takes the turn, which is safe
+        return False
 
 
 def announce_once(log: logging.Logger, message: str) -> None:

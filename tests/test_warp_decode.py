@@ -14,7 +14,9 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
@@ -45,9 +47,11 @@ class ToyWarp(nn.Module):
         self.mix = nn.Conv2d(32 * 16, 256, 1)
         self.kp_proj = nn.Linear(2 * NUM_KP * 3, 256)
         self.keypoint_dtypes: list[torch.dtype] = []
+        self.record = True  # appending makes each compiled call recompile (Dynamo guards on the list's length)
 
     def forward(self, f_s: Tensor, kp_source: Tensor, kp_driving: Tensor) -> Tensor:
-        self.keypoint_dtypes.append(kp_driving.dtype)
+        if self.record:
+            self.keypoint_dtypes.append(kp_driving.dtype)
         offset = self.kp_proj(torch.cat([kp_source, kp_driving], dim=1).flatten(1).to(f_s.dtype))
         return self.mix(f_s.flatten(1, 2)) + offset[:, :, None, None]
 
@@ -59,9 +63,11 @@ class ToyDecoder(nn.Module):
         super().__init__()
         self.conv = nn.Conv2d(256, 3, 3, padding=1)
         self.batch_sizes: list[int] = []
+        self.record = True  # as ToyWarp's
 
     def forward(self, feature: Tensor) -> Tensor:
-        self.batch_sizes.append(feature.shape[0])
+        if self.record:
+            self.batch_sizes.append(feature.shape[0])
         x = F.instance_norm(self.conv(feature))
         return torch.sigmoid(F.interpolate(x, scale_factor=8, mode="nearest"))
 
@@ -677,6 +683,80 @@ def test_priming_beside_a_graph_capture_changes_no_frame(gpu_networks):
     assert rel_l2(got, plain) < 1e-6
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("recompiling", [False, True], ids=["replaying", "recompiling"])
+def test_a_graph_tree_records_while_other_threads_synchronise_and_record(tmp_path, monkeypatch, recompiling):
+    """Under the native allocator the compiled engine runs from graph trees, which warm up and
+    record at its first calls. Meanwhile one thread synchronises the device (the stage timer,
+    ComfyUI's cache emptying) and another records graphs (an LMDM window): they take turns,
+    nothing aborts, and every call gives the eager frames. ``recompiling``: the toy networks
+    append to a list, so every call compiles anew and warms up again; otherwise the calls after
+    the second replay, and torch's state says so."""
+    from torch._dynamo.utils import counters
+
+    device = torch.device("cuda")
+    if cuda_graphs.uses_cuda_malloc_async(device):
+        pytest.skip("the engine uses graph trees under PyTorch's native allocator only")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    compilation.reset_compiled_state()  # the step's earlier compiles in this process count towards Dynamo's limit
+    warp, decoder = (network.to(device) for network in toy_networks())
+    warp.record = decoder.record = recompiling
+    engine = WarpDecodeEngine(warp, decoder, batch_size=4, cache_dir=tmp_path)
+    assert engine._graph_trees
+    motion = make_motion(4)
+    args = engine._arguments(volumes(1, side=16).to(device), motion.kp_source, motion.kp_driving, None, 4)
+    with torch.inference_mode():
+        expected = engine._forward(*args)
+    stop, errors, counts = threading.Event(), [], {"synchronised": 0, "recorded": 0}
+
+    def synchronising() -> None:
+        while not stop.is_set():
+            cuda_graphs.device_synchronize(device)
+            counts["synchronised"] += 1
+            time.sleep(0.001)  # a turn has no queue: a loop with no pause would starve the render
+
+    def recording() -> None:
+        x, stream = torch.randn(64, 64, device=device), torch.cuda.Stream(device)
+        while not stop.is_set():
+            call = cuda_graphs.CapturedCall(lambda t: (t @ t).relu(), (x,), stream)
+            call.capture()
+            call.release()
+            counts["recorded"] += 1
+            time.sleep(0.001)
+
+    def guarded(loop: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                loop()
+            except BaseException as error:  # noqa: BLE001 - handed to the test thread
+                errors.append(error)
+        return run
+
+    threads = [threading.Thread(target=guarded(loop)) for loop in (synchronising, recording)]
+    for thread in threads:
+        thread.start()
+    outputs, graphs, replayed = [], [], []
+    try:
+        with torch.inference_mode():
+            for _ in range(6):  # warm up, record, then replays (or compiles every time)
+                outputs.append(engine._run_compiled(args).clone())
+                graphs.append(counters["stats"]["unique_graphs"])
+                replayed.append(compilation.graph_tree_replayed(device))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+    assert not errors and counts["synchronised"] > 0 and counts["recorded"] > 0
+    for output in outputs:
+        assert rel_l2(output, expected) < 1e-4
+    compiles = [later - earlier for earlier, later in zip(graphs, graphs[1:])]
+    if recompiling:
+        assert compiles == [1] * 5 and not any(replayed)
+    else:
+        assert compiles == [0] * 5 and replayed[:2] == [False, False] and all(replayed[2:])
+        assert not engine._tree_calls.may_record(tuple(tuple(arg.shape) for arg in args))
+
+
 # ------------------------------------------------------------------------- background warm-up
 
 
@@ -767,6 +847,117 @@ def test_a_recording_beside_a_compile_is_put_off_under_either_allocator(gated_co
     for _ in range(2):
         foreground._run_compiled(foreground._arguments(source.f_s, motion.kp_source, motion.kp_driving, None, 4))
     assert inside[2:] == [1, 0]  # an engine's first compiled call compiles, wherever it runs
+
+
+class FakeGraphTrees:
+    """Stands in for :func:`compilation.graph_tree_replayed` as torch's graph trees behave: on
+    each thread a function's first two calls warm up and record, later ones replay, and a
+    recompile (:meth:`restart`) starts over."""
+
+    def __init__(self) -> None:
+        self.calls: dict[int, int] = {}  # thread id -> compiled calls since the last restart
+
+    def __call__(self, device: torch.device) -> bool:
+        thread = threading.get_ident()
+        self.calls[thread] = self.calls.get(thread, 0) + 1
+        return self.calls[thread] > 2
+
+    def restart(self) -> None:
+        self.calls.clear()
+
+
+@pytest.mark.reliability(
+    area="Soak and faults",
+    case="the engine's CUDA-graph trees warm up or record (the manager's first graph, a function's first calls at "
+         "a shape, again after a recompile or a reset) while another thread synchronises the device or records a "
+         "graph (a live avatar's warm-up beside a prompt in a ComfyUI started with --disable-cuda-malloc)",
+    behaviour="a graph-tree call takes the recording turn until a call at its shape on its thread is seen to replay "
+              "(torch's own state), so device-wide calls and recordings elsewhere wait for it; while another thread "
+              "compiles, such a batch renders eagerly; replays take no turn")
+def test_a_graph_tree_call_takes_the_recording_turn_until_it_replays(fake_compile, monkeypatch):
+    """Graph trees warm up (synchronising the device) and record at a function's first calls at
+    each shape, unseen by our turn-taking before: a device synchronise on another thread during
+    such a recording aborts the process. How many calls that takes is torch's affair (a recompile
+    starts over), so calls take the turn until one is seen to replay."""
+    monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: False)
+    trees = FakeGraphTrees()
+    monkeypatch.setattr(compilation, "graph_tree_replayed", trees)
+    warp, decoder = toy_networks()
+    source, motion = make_source(volumes(1)), make_motion(4)
+    engine = WarpDecodeEngine(warp, decoder, batch_size=4, first_batch=2)
+    args = engine._arguments(source.f_s, motion.kp_source, motion.kp_driving, None, 4)
+    expected = engine._forward(*args)
+    step = engine._step
+
+    def device_wide() -> None:
+        with cuda_graphs.between_recordings():
+            pass
+
+    def recording() -> None:
+        with cuda_graphs.recording_turn(torch.device("cuda"), wait=True):
+            pass
+
+    def others_wait_for(caller: ThreadPoolExecutor) -> bool:
+        """Whether a device-wide call and a recording started on other threads while ``caller``'s
+        thread runs a compiled call wait for it to end."""
+        inside, leave = threading.Event(), threading.Event()
+        engine._step = lambda *a: inside.set() or leave.wait(10) and step(*a)
+        result = caller.submit(engine._run_compiled, args)
+        assert inside.wait(10)
+        others = [threading.Thread(target=other) for other in (device_wide, recording)]
+        for other in others:
+            other.start()
+        for other in others:
+            other.join(0.2)
+        waited = all(other.is_alive() for other in others)
+        leave.set()
+        assert rel_l2(result.result(10), expected) < 1e-6
+        for other in others:
+            other.join(10)
+            assert not other.is_alive()
+        return waited
+
+    compiling, done = threading.Event(), threading.Event()
+
+    def compile_elsewhere() -> None:
+        with cuda_graphs.beside_captures(compiling=True):
+            compiling.set()
+            done.wait(10)
+
+    with ThreadPoolExecutor(1) as one, ThreadPoolExecutor(1) as another:
+        # One thread: a warm-up, a recording, the first replay (not yet seen), then replays.
+        assert [others_wait_for(one) for _ in range(5)] == [True, True, True, False, False]
+        assert engine.stats.compile_seconds is not None
+        # A recompile after the replays began (a guard that failed): that call cannot be foreseen,
+        # but the calls after it take the turn again until they replay.
+        trees.restart()
+        assert [others_wait_for(one) for _ in range(4)] == [False, True, True, False]
+        # Another thread has a graph-tree manager of its own.
+        assert others_wait_for(another)
+        # After the trees were reset (an out-of-VRAM error), the next calls record again.
+        compilation.reset_compiled_state()
+        trees.restart()
+        assert [others_wait_for(one) for _ in range(4)] == [True, True, True, False]
+
+        engine._step = step
+        fresh = WarpDecodeEngine(warp, decoder, batch_size=4, first_batch=2)
+        compiler = threading.Thread(target=compile_elsewhere)
+        compiler.start()
+        try:
+            assert compiling.wait(10)
+            clip = make_motion(9)
+            calls = len(fake_compile)
+            got = one.submit(fresh.render, source, clip).result(30).images
+            assert rel_l2(got, unfused(warp, decoder, source, clip)) < 1e-6
+            # Its first calls may record, which cannot wait for the compile elsewhere: eager batches.
+            assert fresh.stats.graph_batches == 0 and len(fake_compile) == calls
+            one.submit(engine.render, source, clip).result(30)  # a warm engine replays beside the compile
+            assert engine.stats.graph_batches == 2 and len(fake_compile) == calls + 2
+        finally:
+            done.set()
+            compiler.join(10)
+        one.submit(fresh.render, source, clip).result(30)
+        assert fresh.stats.graph_batches == 2  # the compile elsewhere ended: the graph
 
 
 def test_deferred_warmup_compiles_only_once_a_clip_is_rendered(gated_compile):

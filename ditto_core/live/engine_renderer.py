@@ -80,9 +80,11 @@ class EngineRenderer:
                 if per_frame_volumes:
                     forms.append(source.f_s[:1].expand(size, *source.f_s.shape[1:]))
                 for volumes in forms:
-                    # Twice: torch.compile's CUDA graphs run eagerly at a graph's first call and are
-                    # recorded at its second, which must happen here, not while streams are served.
-                    for _ in range(2):
+                    # Three times: torch.compile's CUDA graphs run eagerly at a graph's first call and
+                    # are recorded at its second, which must happen here, not while streams are
+                    # served; the third replays, after which the engine's calls on this thread take
+                    # no recording turn (WarpDecodeEngine._run_compiled).
+                    for _ in range(3):
                         engine.render_batch(volumes, kp_batch, kp_batch)
             if self.compile and self.models.device.type == "cuda":
                 self.batch_costs = {size: self._timed(size, source.f_s[:1], kp) for size in self.ladder}

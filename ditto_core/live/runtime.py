@@ -711,7 +711,15 @@ class LiveRuntime:
         device_synchronize(self.device)
         if hasattr(self.renderer, "warm_up"):
             per_frame = several_avatars or len(device_source) > 1
-            self._on_render_thread(lambda: self.renderer.warm_up(device_source, per_frame_volumes=per_frame))
+            self._on_render_thread(lambda: self._warm_up_renderer(device_source, per_frame))
+
+    def _warm_up_renderer(self, source: SourceInfo, per_frame_volumes: bool) -> None:
+        """The render engines' compiles and graphs, on the render thread, where their graph trees
+        live. As the samplers' recordings above, their first calls wait for a compile elsewhere to
+        end (``recordings_wait``) rather than render eagerly and leave the recording to a streamed
+        round."""
+        with recordings_wait():
+            self.renderer.warm_up(source, per_frame_volumes=per_frame_volumes)
 
     def _release(
         self, state: StreamState, window: MotionWindow, pred: Tensor, now: float

@@ -55,8 +55,9 @@ import torch
 from torch import Tensor, nn
 
 from ..aot_packages import AotUnavailable, PackageCache
-from ..compilation import announce_once, compile_available, compile_failures, reset_compiled_state, uses_cuda_malloc_async
-from ..cuda_graphs import beside_captures, between_recordings, device_synchronize
+from ..compilation import (GraphTreeCalls, announce_once, compile_available, compile_failures, reset_compiled_state,
+                           uses_cuda_malloc_async)
+from ..cuda_graphs import beside_captures, between_recordings, device_synchronize, recording_turn
 from ..errors import DittoError, InputError
 from ..models.keypoints import NUM_KP
 from ..models.triton_kernels import register_triton_operators, triton_kernels_supported, use_triton_kernels_
@@ -197,6 +198,7 @@ class WarpDecodeEngine(nn.Module):
         self._step: Optional[Callable[[Tensor, Tensor, Tensor], Tensor]] = None
         self._warmups: dict[tuple[bool, int], _Warmup] = {}  # (one shared volume, batch size) -> its compile
         self._prime = Priming("warp+decode")  # see prime()
+        self._tree_calls = GraphTreeCalls()  # which compiled calls may record (graph trees)
         self.aot_cache = aot_cache or PackageCache()
         self._packages: dict[tuple[int, tuple[int, ...]], Optional[PackagedStep]] = {}  # (batch, f_s shape) ->
         self.aot_missing: list[tuple[int, ...]] = []  # "aot_cached": f_s shapes that found no package
@@ -279,10 +281,11 @@ class WarpDecodeEngine(nn.Module):
         args = self._arguments(f_s, kp_source, kp_driving, index, self.batch_size if compiled else max(n, eager_size))
         if compiled:
             try:
-                out = self._run_compiled(args)[:n]
-                self.stats.graph_batches += 1
-                # CUDA-graph outputs live in a pool that the next replay overwrites: hand out a copy.
-                return out.clone() if self._outputs_reused else out
+                out = self._run_compiled(args)
+                if out is not None:
+                    self.stats.graph_batches += 1
+                    # CUDA-graph outputs live in a pool that the next replay overwrites: hand out a copy.
+                    return out[:n].clone() if self._outputs_reused else out[:n]
             except compile_failures() as error:
                 self._disable_compile(f"compilation failed ({type(error).__name__}: {error})")
             except torch.cuda.OutOfMemoryError:
@@ -472,15 +475,33 @@ class WarpDecodeEngine(nn.Module):
         warm = self._warmups.get((shared_volume, self.batch_size))
         return warm is not None
 
-    def _run_compiled(self, args: tuple[Tensor, Tensor, Tensor], compiling: bool = False) -> Tensor:
+    def _run_compiled(self, args: tuple[Tensor, Tensor, Tensor], compiling: bool = False) -> Optional[Tensor]:
         """One call of the compiled step; ``compiling``: it compiles a new shape (a warm-up), as the
-        first call does. A compile synchronises the device (cuda_graphs.beside_captures)."""
+        first call does. A compile synchronises the device (cuda_graphs.beside_captures).
+
+        None: the call could not take a recording turn now (graph trees, another thread compiling);
+        the caller renders the batch eagerly."""
         first = self.stats.compile_seconds is None
         start = time.perf_counter()
         # Every call is a new step for CUDA-graph trees: the previous outputs were copied out.
         torch.compiler.cudagraph_mark_step_begin()
-        with beside_captures(compiling=True) if first or compiling else contextlib.nullcontext():
-            out = self._step(*args)
+        marked = beside_captures(compiling=True) if first or compiling else contextlib.nullcontext()
+        if self._graph_trees:
+            # A device synchronise or a recording started on another thread would break a graph
+            # trees' warm-up or recording, so a call that may do either takes the recording turn
+            # (the first for its whole compile); once calls replay they take none, so a warm
+            # engine never waits for another engine's compile.
+            shapes = tuple(tuple(arg.shape) for arg in args)
+            may_record = self._tree_calls.may_record(shapes)
+            with recording_turn(self.device) if may_record else contextlib.nullcontext(True) as allowed:
+                if not allowed:
+                    return None
+                with marked:
+                    out = self._step(*args)
+            self._tree_calls.done(shapes, self.device)
+        else:
+            with marked:
+                out = self._step(*args)
         if first:
             if out.is_cuda:
                 device_synchronize(out.device)  # once per engine, to time the compile honestly
