@@ -189,9 +189,7 @@ def _add_render(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-seconds", type=positive_seconds, default=None,
                    help="render only the first N seconds of speech (default: all of it)")
     worker_cli.add_hand_off_flags(p)
-    # one_shot: the process ends right after the MP4 is out (main's exit_fast); the batch and
-    # serve commands own Ray clusters and servers whose shutdown must run.
-    p.set_defaults(run=_render, check=check_pipeline_flags, hand_off=_hand_off, one_shot=True)
+    p.set_defaults(run=_render, check=check_pipeline_flags, hand_off=_hand_off, skip_teardown=True)
 
 
 def _hand_off(args: argparse.Namespace) -> Optional[int]:
@@ -359,11 +357,12 @@ def _add_batch(sub: argparse._SubParsersAction) -> None:
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
     live_cli.add_parser(sub)
+    sub.choices["serve"].set_defaults(skip_teardown=True)
 
 
 def _add_worker(sub: argparse._SubParsersAction) -> None:
     worker_cli.add_parser(sub, add_pipeline_flags)
-    sub.choices["worker"].set_defaults(check=check_pipeline_flags)
+    sub.choices["worker"].set_defaults(check=check_pipeline_flags, skip_teardown=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -377,8 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None, exit_fast: bool = False) -> int:
     """Run one command; its exit status. ``exit_fast`` (the ``python -m ditto_core`` entry
-    point, never a caller in-process): a render ends its process as soon as its MP4 and
-    messages are out, skipping Python's teardown (:mod:`.process_exit`)."""
+    point, never a caller in-process): a command that cleans up within its ``run`` (render: the
+    MP4 published, temporaries removed; serve and worker: their servers stopped, their threads
+    told to end) ends its process as soon as its messages are out, skipping Python's teardown
+    (:mod:`.process_exit`): faster, and no thread still ending is cut short by the teardown,
+    which can abort the process (:func:`~ditto_core.compilation.graph_tree_thread`). ``batch``
+    keeps the teardown, where Ray's clusters shut down."""
     parser = build_parser()
     args = parser.parse_args(argv)
     status = _run_command(args.hand_off, args) if hasattr(args, "hand_off") else None
@@ -386,7 +389,7 @@ def main(argv: Optional[Sequence[str]] = None, exit_fast: bool = False) -> int:
         if hasattr(args, "check"):
             args.check(args, _subparser(parser, args.command))
         status = _run_command(args.run, args)
-    if exit_fast and getattr(args, "one_shot", False):
+    if exit_fast and getattr(args, "skip_teardown", False):
         exit_now(status)
     return status
 

@@ -7,14 +7,17 @@ than once per batch or per node run.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from typing import Hashable
+from collections import defaultdict
+from typing import Hashable, Iterator
 
 import torch
 
 __all__ = ["announce_once", "compile_available", "compile_failures", "uses_cuda_malloc_async", "reset_compiled_state",
-           "GraphTreeCalls", "graph_tree_replayed"]
+           "GraphTreeCalls", "graph_tree_replayed", "graph_tree_thread",
+           "release_graph_tree_thread_locals"]
 
 _announced: set[str] = set()
 _resets = 0  # reset_compiled_state() calls: graph trees record anew after each
@@ -130,6 +133,57 @@ def graph_tree_replayed(device: torch.device) -> bool:
         return manager is not None and manager.path_state == cudagraph_trees.ExecutionState.EXECUTION
     except Exception:  # noqa: BLE001 - torch's internals moved: every call then takes the turn, which is safe
         return False
+
+
+_GRAPH_TREE_THREAD_LOCALS = ("tree_manager_containers", "tree_manager_locks")
+"""What torch's CUDA-graph trees keep in a thread's C++ thread-local storage (Python objects)."""
+
+
+@contextlib.contextmanager
+def graph_tree_thread(device: torch.device) -> Iterator[None]:
+    """Run the block as a thread of ours that calls compiled functions on ``device``.
+
+    On entry the thread gets the graph-tree state torch gives its own threads: before torch 2.13
+    a ``torch.compile(mode="reduce-overhead")`` callable asserts in a Python thread torch did not
+    create (pytorch/pytorch#123177, fixed by #184357); these are the containers the fix creates
+    lazily. On leaving, torch's thread-local objects for graph trees are dropped while the thread
+    still holds the GIL. Left to the thread's C++ exit, their destructor takes the GIL after the
+    Python thread has ended (a ``join`` returns before it runs); if the interpreter has begun to
+    finalize by then, the thread is stopped inside that destructor and the process aborts
+    ("terminate called without an active exception": a live server stopped with Ctrl-C under
+    load). Torch before 2.13 cannot drop them (no ``_remove_obj_from_tls``), where the commands
+    that own their process end without the interpreter's teardown (:mod:`.process_exit`). Off
+    CUDA nothing compiled records graphs: nothing is set up, and Inductor is not imported.
+    """
+    if device.type != "cuda":
+        yield
+        return
+    try:
+        from torch._inductor import cudagraph_trees
+    except ImportError:  # a torch without Inductor: nothing is compiled
+        yield
+        return
+    local = cudagraph_trees.local  # a threading.local: this thread's view
+    if not hasattr(local, "tree_manager_containers"):
+        local.tree_manager_containers = {}
+        local.tree_manager_locks = defaultdict(threading.Lock)
+        torch._C._stash_obj_in_tls("tree_manager_containers", local.tree_manager_containers)
+        torch._C._stash_obj_in_tls("tree_manager_locks", local.tree_manager_locks)
+    try:
+        yield
+    finally:
+        release_graph_tree_thread_locals()
+
+
+def release_graph_tree_thread_locals() -> None:
+    """Drop this thread's C++ thread-local objects of torch's graph trees now, under the GIL
+    (see :func:`graph_tree_thread`); nothing where this torch cannot."""
+    remove = getattr(torch._C, "_remove_obj_from_tls", None)
+    if remove is None:
+        return
+    for key in _GRAPH_TREE_THREAD_LOCALS:
+        if torch._C._is_key_in_tls(key):
+            remove(key)
 
 
 def announce_once(log: logging.Logger, message: str) -> None:

@@ -15,6 +15,7 @@ from typing import Callable, Iterator, Optional
 
 import torch
 
+from .compilation import release_graph_tree_thread_locals
 from .cuda_graphs import beside_captures
 from .gil_turns import short_gil_turns
 
@@ -24,10 +25,15 @@ log = logging.getLogger(__name__)
 @contextlib.contextmanager
 def background_gpu_work() -> Iterator[None]:
     """How a thread of ours runs GPU work beside a render (a priming run, a compile's warm-up):
-    in short GIL turns (the rendering thread's torch ops would wait 5 ms a turn otherwise) and
-    marked for CUDA-graph recordings (:func:`~ditto_core.cuda_graphs.beside_captures`)."""
-    with short_gil_turns(), beside_captures():
-        yield
+    in short GIL turns (the rendering thread's torch ops would wait 5 ms a turn otherwise),
+    marked for CUDA-graph recordings (:func:`~ditto_core.cuda_graphs.beside_captures`), and
+    leaving no graph-tree thread-locals to the thread's exit, which could abort a process that
+    is exiting (:func:`~ditto_core.compilation.graph_tree_thread`)."""
+    try:
+        with short_gil_turns(), beside_captures():
+            yield
+    finally:
+        release_graph_tree_thread_locals()
 
 
 class Priming:

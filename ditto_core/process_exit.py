@@ -1,11 +1,13 @@
-"""Ending a finished one-shot process without Python's teardown.
+"""Ending a finished command's process without Python's teardown.
 
 A process that rendered on a GPU spends seconds in its teardown after the MP4 is already in
 place: destructors of thousands of modules and tensors, the CUDA context and its memory pools,
 Triton's and Inductor's caches and worker pools. Nothing of ours needs that teardown (every file
 is published, every temporary removed, before the command returns), yet the user waits for it
-before the shell prompt or the next pipeline step comes back. A one-shot command therefore ends
-with :func:`exit_now` once its work and its messages are out.
+before the shell prompt or the next pipeline step comes back. The teardown is also where a
+thread still ending (a server's worker thread told to stop) can abort the process
+(:func:`~ditto_core.compilation.graph_tree_thread`). A command that owns its process (render,
+serve, worker) therefore ends with :func:`exit_now` once its work and its messages are out.
 
 Work that a process starts for later processes and need not wait for itself (writing a cache
 entry while the clip renders) runs in :func:`in_background`: ``exit_now`` lets it finish first,

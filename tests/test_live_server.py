@@ -856,7 +856,7 @@ def test_serve_steps_are_checked_before_anything_loads():
 @pytest.mark.slow
 def test_standalone_server_starts_serves_and_stops(example_dir):
     port = _free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}  # a crash shows its threads' stacks
     proc = subprocess.Popen(
         [sys.executable, "-m", "ditto_core", "serve", "--random-weights", "--device", "cpu", "--no-compile",
          "--precision", "fp32", "--port", str(port), "--avatar", f"demo={example_dir / 'portrait.jpg'}",
@@ -885,8 +885,8 @@ def test_standalone_server_starts_serves_and_stops(example_dir):
     finally:
         proc.send_signal(signal.SIGINT)
         try:
-            code = proc.wait(timeout=30)
+            rest, _ = proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
             raise
-    assert code == 0
+    assert proc.returncode == 0, rest[-3000:]

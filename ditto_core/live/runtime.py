@@ -42,6 +42,7 @@ from ..audio.audio_features import FPS, SAMPLE_RATE, AudioFeatures, SAMPLES_PER_
 from ..audio.chunking import num_video_frames
 from ..audio.hubert import HubertFeatureExtractor
 from ..audio.window_graphs import LiveWindowEncoder
+from ..compilation import graph_tree_thread
 from ..cuda_graphs import device_synchronize, recordings_wait
 from ..errors import DittoError, InputError
 from ..models.keypoints import MOTION_DIM
@@ -780,8 +781,7 @@ class LiveRuntime:
 
     def _render_loop(self) -> None:
         try:
-            _cudagraph_thread_state()
-            with _on_stream(self._render_stream), torch.inference_mode():
+            with graph_tree_thread(self.device), _on_stream(self._render_stream), torch.inference_mode():
                 while True:
                     with self._render_ready:
                         while not self._render_queue and not self._stopping:
@@ -896,28 +896,6 @@ class LiveRuntime:
 def _on_stream(stream: Optional[torch.cuda.Stream]):
     """``torch.cuda.stream(stream)``, or nothing off CUDA."""
     return nullcontext() if stream is None else torch.cuda.stream(stream)
-
-
-def _cudagraph_thread_state() -> None:
-    """Give this thread the CUDA-graph-tree state torch gives its own threads.
-
-    Before torch 2.13 a ``torch.compile(mode="reduce-overhead")`` callable asserts when called
-    from a Python thread that torch did not create (pytorch/pytorch#123177, fixed by #184357);
-    this sets up the same thread-local containers the fix creates lazily. Nothing on 2.13+.
-    """
-    try:
-        from torch._inductor import cudagraph_trees
-    except ImportError:  # a torch without Inductor: nothing is compiled
-        return
-    local = cudagraph_trees.local
-    if hasattr(local, "tree_manager_containers"):
-        return
-    from collections import defaultdict
-
-    local.tree_manager_containers = {}
-    local.tree_manager_locks = defaultdict(threading.Lock)
-    torch._C._stash_obj_in_tls("tree_manager_containers", local.tree_manager_containers)
-    torch._C._stash_obj_in_tls("tree_manager_locks", local.tree_manager_locks)
 
 
 def _motion_frames(jobs: list[RenderJob]) -> int:
