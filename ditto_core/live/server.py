@@ -40,6 +40,7 @@ from typing import Any, Optional, Sequence
 from urllib.parse import urlsplit
 
 from ..audio.loading import check_sample_rate
+from ..cli_logging import log_to_stderr
 from ..errors import DittoError, InputError
 from ..motion.motion_options import MotionOptions
 from ..registration.source_info import SourceInfo
@@ -626,6 +627,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"--avatar {spec!r}: expected ID=IMAGE, e.g. --avatar anna=portrait.jpg.")
         avatar_specs.append((name, Path(path)))
     common = dict(device=args.device, dtype=network_dtype(args.precision), compile=not args.no_compile)
+    log_to_stderr()  # the warm-up's end, clients leaving, a stream's failure (not every HTTP request)
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="ditto_live_") as workdir:
@@ -646,5 +648,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"Ditto live: serving http://{args.host}:{args.port}{PREFIX} (avatars: {', '.join(avatars.ids()) or 'none'}"
               f"{'; warming up, streams open once GET ' + PREFIX + '/avatars says ready' if avatar_specs else ''})",
               flush=True)
-        web.run_app(app, host=args.host, port=args.port, print=None, handle_signals=True)
+        web.run_app(app, host=args.host, port=args.port, print=None, handle_signals=True, access_log=None)
     return 0

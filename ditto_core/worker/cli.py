@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import math
 import os
 import shutil
@@ -12,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
+from ..cli_logging import log_to_stderr
 from ..errors import DittoError
 from ..signals import exit_status
 from ..render_request import RenderRequest, RenderSettings
@@ -96,7 +96,7 @@ def _question(args: argparse.Namespace) -> Optional[int]:
 def run(args: argparse.Namespace) -> int:
     from .server import Worker, listening, work_folder
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    log_to_stderr()
     settings = RenderSettings.from_args(args)
     path = _socket(args)
     # The socket is taken before the models load: a second worker for it stops at once, and a
