@@ -151,9 +151,10 @@ def graph_tree_thread(device: torch.device) -> Iterator[None]:
     Python thread has ended (a ``join`` returns before it runs); if the interpreter has begun to
     finalize by then, the thread is stopped inside that destructor and the process aborts
     ("terminate called without an active exception": a live server stopped with Ctrl-C under
-    load). Torch before 2.13 cannot drop them (no ``_remove_obj_from_tls``), where the commands
-    that own their process end without the interpreter's teardown (:mod:`.process_exit`). Off
-    CUDA nothing compiled records graphs: nothing is set up, and Inductor is not imported.
+    load). A torch without ``torch._C._remove_obj_from_tls`` (2.9 has none, 2.13 has it) cannot
+    drop them; there the commands that own their process still end without the interpreter's
+    teardown (:mod:`.process_exit`). Off CUDA nothing compiled records graphs: nothing is set up,
+    and Inductor is not imported.
     """
     if device.type != "cuda":
         yield
