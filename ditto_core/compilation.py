@@ -168,8 +168,8 @@ def graph_tree_thread(device: torch.device) -> Iterator[None]:
     if not hasattr(local, "tree_manager_containers"):
         local.tree_manager_containers = {}
         local.tree_manager_locks = defaultdict(threading.Lock)
-        torch._C._stash_obj_in_tls("tree_manager_containers", local.tree_manager_containers)
-        torch._C._stash_obj_in_tls("tree_manager_locks", local.tree_manager_locks)
+        for key in _GRAPH_TREE_THREAD_LOCALS:
+            torch._C._stash_obj_in_tls(key, getattr(local, key))
     try:
         yield
     finally:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 import threading
 
 import pytest
@@ -94,7 +93,7 @@ done.wait()
 @pytest.mark.parametrize("wrapper", ['graph_tree_thread(torch.device("cuda"))', "background_gpu_work()"],
                          ids=["graph_tree_thread", "background_gpu_work"])
 def test_a_thread_ending_as_the_interpreter_finalizes_does_not_abort_it(wrapper):
-    script = textwrap.dedent(_EXIT_RACE).format(wrapper=wrapper)
+    script = _EXIT_RACE.format(wrapper=wrapper)
     for _ in range(3):  # unguarded, every run aborted
         done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0 and "terminate called" not in done.stderr, done.stderr[-2000:]

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The next device call (about 560 s, any machine), written in session 48, which had no device
-# time (session 47's spent it for the same stop). Session 47's plan_next.sh, with the reverse
+# time (session 47's spent it for the same stop). Session 47's plan (removed from its folder), with the reverse
 # patch regenerated for today's tree (its own no longer applies: compilation.py moved on) and
 # the CLI's time to video added, for the 5-s goal on whatever card comes (H200 wanted):
 # 1. the graph-tree GPU test (its replaying and recompiling forms) three times;
