@@ -92,6 +92,10 @@ def _child(args: argparse.Namespace) -> None:
                                             compile_min_frames=min_frames, motion_ahead=ahead)
     # The compile thread (background), a cached AOT package's load (aot), the eager path's priming.
     pipeline.start_warmup(prime="off" if "-noprime" in suffixes else "first" if "-prime1" in suffixes else "full")
+    if engine_warmup in ("cli", "aot") and "-nofreeze" not in suffixes:  # as the CLI's render, which exits after
+        from ditto_core.gc_pauses import freeze_for_the_process
+
+        times["frozen_objects"] = freeze_for_the_process()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     times["load_models_s"] = time.time() - start
@@ -135,6 +139,8 @@ VARIANT_SUFFIXES = {
                  "(before session 46)",
     "-lmdmfp32": "the LMDM sampled in fp32, the default before 'auto' (tf32 beside half-precision networks)",
     "-noprime": "the engine's eager path not primed while the clip is prepared (before session 16)",
+    "-nofreeze": "cli / aot: the start-up's objects left to the collector, not frozen once the models are loaded "
+                 "(before session 49)",
     "-prime1": "the engine's eager path primed at the first batch's shape only, not a full batch's too",
 }
 
@@ -344,7 +350,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--crf", type=int, default=18)
     parser.add_argument("--steps", type=int, default=25)
     parser.add_argument("--no-compile", action="store_true")
-    parser.add_argument("--warmups", nargs="+", default=["cli", "foreground", "background"],
+    parser.add_argument("--warmups", nargs="+", default=["cli", "foreground", "background"], metavar="VARIANT",
                         choices=[w + "".join(s) for w in WARMUPS for n in range(len(VARIANT_SUFFIXES) + 1)
                                  for s in itertools.combinations(VARIANT_SUFFIXES, n)],
                         help="engine warm-up variants, each with its own caches, side by side: cli (the CLI's "

@@ -22,6 +22,7 @@ from .batch import cli as batch_cli
 from .cli_types import int_in, positive_seconds
 from .cuda_start import start_cuda_context
 from .errors import DittoError
+from .gc_pauses import freeze_for_the_process
 from .live import cli as live_cli
 from .motion.option_values import EMOTIONS, MAX_SEED, MAX_STEPS
 from .precision import LMDM_PRECISION_CHOICES, NETWORK_PRECISIONS
@@ -241,6 +242,8 @@ def render_cli(args: argparse.Namespace, stream: TextIO = sys.stderr) -> Path:
                                            warmup="aot_cached" if args.aot else "foreground")
         pipeline.start_warmup()  # the eager path primed while the avatar, audio and motion are made
         engine = pipeline.engine()
+        if args.process_ends_after:  # its imports and models live until the exit: no collection need walk them
+            freeze_for_the_process()
         progress.compiling = engine.will_compile
         out = request.run(pipeline, settings.detect_face, progress=progress, status=progress.status)
     _print_times(pipeline.times.seconds)
@@ -380,16 +383,19 @@ def main(argv: Optional[Sequence[str]] = None, exit_fast: bool = False) -> int:
     MP4 published, temporaries removed; serve and worker: their servers stopped, their threads
     told to end) ends its process as soon as its messages are out, skipping Python's teardown
     (:mod:`.process_exit`): faster, and no thread still ending is cut short by the teardown,
-    which can abort the process (:func:`~ditto_core.compilation.graph_tree_thread`). ``batch``
-    keeps the teardown, where Ray's clusters shut down."""
+    which can abort the process (:func:`~ditto_core.compilation.graph_tree_thread`). Such a
+    render also freezes its start-up's objects once the models are loaded
+    (:func:`~ditto_core.gc_pauses.freeze_for_the_process`). ``batch`` keeps the teardown, where
+    Ray's clusters shut down."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.process_ends_after = exit_fast and getattr(args, "skip_teardown", False)
     status = _run_command(args.hand_off, args) if hasattr(args, "hand_off") else None
     if status is None:  # not handed to a warm worker: this process does the work
         if hasattr(args, "check"):
             args.check(args, _subparser(parser, args.command))
         status = _run_command(args.run, args)
-    if exit_fast and getattr(args, "skip_teardown", False):
+    if args.process_ends_after:
         exit_now(status)
     return status
 

@@ -20,6 +20,9 @@ meanwhile, the thaw runs it again over everything, unless a node is at work or a
 made then (it would stall them); after :data:`MAX_SKIPPED` such skipped collections in a row no
 freeze is made until a full collection (the host's next) has seen everything.
 
+:func:`freeze_for_the_process` is the same for a process that makes one clip and ends without
+Python's teardown (the CLI's ``render``): what its start-up made is frozen for good.
+
 An earlier ``gc.freeze()`` of someone else's does not stop ours: its objects are thawed with ours,
 announced once (only a process that forks after freezing would care; ComfyUI does not). The GPU
 machine's interpreter holds objects frozen by someone else, and while such a freeze made ours step
@@ -37,7 +40,8 @@ from .host_memory import video_in_making
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CollectorPauses", "FROZEN_SECONDS", "MAX_SKIPPED", "freeze_live_objects", "thaw_live_objects"]
+__all__ = ["CollectorPauses", "FROZEN_SECONDS", "MAX_SKIPPED", "freeze_for_the_process", "freeze_live_objects",
+           "thaw_live_objects"]
 
 FROZEN_SECONDS = 5.0
 """How long :func:`freeze_live_objects` keeps the objects out of collections (a prompt's end
@@ -177,3 +181,17 @@ def thaw_live_objects() -> None:
     """End our freeze now, if one is on (and collect, if a full collection ran meanwhile and no
     node is at work nor a video being made)."""
     _FREEZE.thaw()
+
+
+def freeze_for_the_process() -> int:
+    """Take every object alive now out of all later collections, for good; how many are frozen.
+
+    For a process that makes one clip and then ends without Python's teardown (the CLI's
+    ``render``, :mod:`.process_exit`): its modules, models and their caches stay alive until that
+    end anyway, and a full collection during the clip would walk every one of them while holding
+    the GIL that the render thread and the encoders' feeding need. Objects made afterwards are
+    collected as usual. Not for a long-lived process (ComfyUI, a worker): cyclic garbage among
+    frozen objects is never collected, and a node's :func:`freeze_live_objects` thaws everything.
+    """
+    gc.freeze()
+    return gc.get_freeze_count()

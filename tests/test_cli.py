@@ -1,7 +1,10 @@
 """The command line: every option checked, by its flag's name, before anything loads; help for
 every flag; one line for a machine without the asked-for GPU; progress with an ETA."""
 import argparse
+import gc
 import io
+import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -120,6 +123,49 @@ def test_the_cli_renders_short_clips_without_compiling(inputs, monkeypatch, aot,
     with pytest.raises(_Built):
         cli.main(argv)
     assert asked["compile_min_frames"] == ONE_CLIP_COMPILE_MIN_FRAMES and asked["warmup"] == warmup
+
+
+class _StandInPipeline:
+    """What render_cli asks of a pipeline, without networks."""
+
+    times = types.SimpleNamespace(seconds={})
+
+    def start_warmup(self):
+        pass
+
+    def engine(self):
+        return types.SimpleNamespace(will_compile=False)
+
+
+@pytest.fixture
+def unfrozen():
+    from ditto_core.gc_pauses import thaw_live_objects
+
+    thaw_live_objects()
+    assert gc.get_freeze_count() == 0, "a freeze from outside the test"
+    yield
+    gc.unfreeze()
+
+
+@pytest.mark.parametrize("exit_fast", [True, False])
+def test_a_render_that_ends_its_process_freezes_its_start_up_first(inputs, monkeypatch, unfrozen, exit_fast):
+    """Its models live until the exit: the collections during its clip need not walk them
+    (gc_pauses.freeze_for_the_process). A render run in-process (a caller's main()) freezes nothing."""
+    from ditto_core.render_request import RenderRequest
+
+    pipeline, seen, exits = _StandInPipeline(), {}, []
+    monkeypatch.setattr(DittoPipeline, "random", classmethod(lambda cls, workdir, **kwargs: pipeline))
+
+    def run(request, pipe, detect_face, progress=None, status=None):
+        # Frozen objects are in no generation a collection walks (nor in gc.get_objects()).
+        seen["walked"] = any(thing is pipe for thing in gc.get_objects())
+        return Path(inputs[6])
+
+    monkeypatch.setattr(RenderRequest, "run", run)
+    monkeypatch.setattr(cli, "exit_now", exits.append)
+    assert cli.main(inputs + ["--random-weights", "--device", "cpu", "--worker", "off"], exit_fast=exit_fast) == 0
+    assert exits == ([0] if exit_fast else [])
+    assert seen["walked"] != exit_fast
 
 
 def test_emotions_by_name_or_number(inputs):

@@ -184,3 +184,21 @@ def test_after_enough_skipped_collections_in_a_row_one_sees_everything(thawed, c
         assert freeze_live_objects(seconds=60)  # and freezing resumes
     finally:
         span.end()
+
+
+def test_a_process_freeze_keeps_what_lived_before_it_and_collects_what_comes_after(thawed, collector_on):
+    """The CLI's render freezes its start-up for good: no thaw comes, later garbage is collected."""
+    import time
+
+    from ditto_core.gc_pauses import freeze_for_the_process
+
+    before = _frozen_garbage()
+    assert freeze_for_the_process() == gc.get_freeze_count() > 0
+    after = _frozen_garbage()
+    with CollectorPauses() as pauses:
+        gc.collect()
+    assert pauses.full == 1
+    assert before() is not None, "a full collection walked the frozen start-up"
+    assert after() is None, "garbage made after the freeze must be collected"
+    time.sleep(0.2)
+    assert gc.get_freeze_count() > 0  # no timer thaws it
