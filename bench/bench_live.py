@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import itertools
 import math
 import os
@@ -294,9 +295,22 @@ def long_stream(runtime, source, options, config, minutes, progress=None):
                 progress(_memory_summary(minutes, frame.index + 1, start, samples, finished=False))
         return None
 
-    frames, stats = asyncio.run(_run_stream(runtime, source, options, config, _speech(60 * minutes, seed=7),
-                                            realtime=False, keep=keep))
-    return _memory_summary(minutes, len(frames), start, samples, finished=True)
+    with CollectorPauses() as pauses:  # a long stream is where full collections come, if they come
+        frames, stats = asyncio.run(_run_stream(runtime, source, options, config, _speech(60 * minutes, seed=7),
+                                                realtime=False, keep=keep))
+    return {**_memory_summary(minutes, len(frames), start, samples, finished=True),
+            "collector": _rounded(pauses.stages())}
+
+
+def _full_collection() -> dict:
+    """What one full collection of the interpreter would stall every stream for from now on: the
+    objects it walks (the compile's among them) and its time, taken after a first collection has
+    freed the warm-up's garbage."""
+    gc.collect()
+    start = time.perf_counter()
+    gc.collect()
+    return {"tracked_objects": len(gc.get_objects()), "full_collection_s": round(time.perf_counter() - start, 4),
+            "frozen_objects": gc.get_freeze_count()}
 
 
 def _memory_summary(minutes, frames, start, samples, finished):
@@ -391,7 +405,9 @@ def main() -> None:
             "render_batch_ms": {size: round(1000 * t, 2) for size, t in (getattr(runtime.renderer, "batch_costs",
                                                                                None) or {}).items()},
         }
-        print({k: result[k] for k in ("setup_s", "warm_up_s", "hubert_provider", "render_batch_ms")}, flush=True)
+        result["collector_after_warm_up"] = _full_collection()
+        print({k: result[k] for k in ("setup_s", "warm_up_s", "hubert_provider", "render_batch_ms",
+                                      "collector_after_warm_up")}, flush=True)
         parts = {
             "first_frame": lambda: first_frame(runtime, source, options, config),
             "one_stream": lambda: one_stream(runtime, source, options, config, 4 * args.seconds / 3),
