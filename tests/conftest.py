@@ -82,6 +82,21 @@ def _no_freeze_between_tests():
     thaw_live_objects()
 
 
+@pytest.fixture
+def thawed():
+    """No object frozen before the test (by a node or anything else), and none after it, whether it
+    froze them for a while (freeze_live_objects) or for good (freeze_for_the_process)."""
+    import gc
+
+    from ditto_core.gc_pauses import thaw_live_objects
+
+    thaw_live_objects()
+    assert gc.get_freeze_count() == 0, "a freeze from outside the test"
+    yield
+    thaw_live_objects()
+    gc.unfreeze()
+
+
 @pytest.fixture(autouse=True)
 def _exact_float32():
     """Parity is defined in strict fp32: no TF32 anywhere, whatever a test did before."""

@@ -137,18 +137,8 @@ class _StandInPipeline:
         return types.SimpleNamespace(will_compile=False)
 
 
-@pytest.fixture
-def unfrozen():
-    from ditto_core.gc_pauses import thaw_live_objects
-
-    thaw_live_objects()
-    assert gc.get_freeze_count() == 0, "a freeze from outside the test"
-    yield
-    gc.unfreeze()
-
-
 @pytest.mark.parametrize("exit_fast", [True, False])
-def test_a_render_that_ends_its_process_freezes_its_start_up_first(inputs, monkeypatch, unfrozen, exit_fast):
+def test_a_render_that_ends_its_process_freezes_its_start_up_first(inputs, monkeypatch, thawed, exit_fast):
     """Its models live until the exit: the collections during its clip need not walk them
     (gc_pauses.freeze_for_the_process). A render run in-process (a caller's main()) freezes nothing."""
     from ditto_core.render_request import RenderRequest

@@ -51,17 +51,6 @@ class _Cycle:
         self.me = self
 
 
-@pytest.fixture
-def thawed():
-    from ditto_core.gc_pauses import thaw_live_objects
-
-    thaw_live_objects()
-    assert gc.get_freeze_count() == 0, "a freeze from outside the test"
-    yield
-    thaw_live_objects()
-    gc.unfreeze()
-
-
 def _frozen_garbage():
     import weakref
 
