@@ -20,8 +20,9 @@ meanwhile, the thaw runs it again over everything, unless a node is at work or a
 made then (it would stall them); after :data:`MAX_SKIPPED` such skipped collections in a row no
 freeze is made until a full collection (the host's next) has seen everything.
 
-:func:`freeze_for_the_process` is the same for a process that makes one clip and ends without
-Python's teardown (the CLI's ``render``): what its start-up made is frozen for good.
+:func:`freeze_for_the_process` is the same for a process whose start-up lives until its end (the
+CLI's ``render``, the standalone live server once warmed up): what its start-up made is frozen for
+good.
 
 An earlier ``gc.freeze()`` of someone else's does not stop ours: its objects are thawed with ours,
 announced once (only a process that forks after freezing would care; ComfyUI does not). The GPU
@@ -183,15 +184,20 @@ def thaw_live_objects() -> None:
     _FREEZE.thaw()
 
 
-def freeze_for_the_process() -> int:
+def freeze_for_the_process(collect_first: bool = False) -> int:
     """Take every object alive now out of all later collections, for good; how many are frozen.
 
-    For a process that makes one clip and then ends without Python's teardown (the CLI's
-    ``render``, :mod:`.process_exit`): its modules, models and their caches stay alive until that
-    end anyway, and a full collection during the clip would walk every one of them while holding
-    the GIL that the render thread and the encoders' feeding need. Objects made afterwards are
-    collected as usual. Not for a long-lived process (ComfyUI, a worker): cyclic garbage among
-    frozen objects is never collected, and a node's :func:`freeze_live_objects` thaws everything.
+    For a process whose start-up objects live until its end: one that makes one clip and then
+    ends without Python's teardown (the CLI's ``render``, :mod:`.process_exit`), or the standalone
+    live server once its warm-up is done (its models, compiled engines and recorded graphs serve
+    until it stops). A full collection would walk every one of them while holding the GIL that
+    the render thread and the encoders' feeding need. Objects made afterwards are collected as
+    usual. ``collect_first``: collect before freezing, so that the garbage made so far (a
+    compile's) is freed rather than kept. Not for a process whose models come and go (ComfyUI, a
+    worker): cyclic garbage among frozen objects is never collected, and a node's
+    :func:`freeze_live_objects` thaws everything.
     """
+    if collect_first:
+        gc.collect()
     gc.freeze()
     return gc.get_freeze_count()

@@ -191,3 +191,12 @@ def test_a_process_freeze_keeps_what_lived_before_it_and_collects_what_comes_aft
     assert after() is None, "garbage made after the freeze must be collected"
     time.sleep(0.2)
     assert gc.get_freeze_count() > 0  # no timer thaws it
+
+
+def test_a_process_freeze_that_collects_first_frees_the_garbage_made_before_it(thawed, collector_on):
+    """The standalone live server collects its warm-up's garbage before freezing what serves."""
+    from ditto_core.gc_pauses import freeze_for_the_process
+
+    garbage = _frozen_garbage()
+    assert freeze_for_the_process(collect_first=True) > 0
+    assert garbage() is None, "the warm-up's garbage must be freed, not frozen"

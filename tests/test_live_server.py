@@ -9,6 +9,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -754,6 +755,26 @@ def test_a_failed_warm_up_is_told_to_every_client_of_its_avatars(pipeline, monke
     assert "CUDA out of memory while recording" in texts[-1]["message"]
 
 
+@pytest.mark.parametrize("fails", [False, True])
+def test_what_follows_a_warm_up_runs_before_its_avatars_are_served_and_only_after_a_success(pipeline, monkeypatch,
+                                                                                           fails):
+    def warm_up(self, source, options, several_avatars=True, steps=None):
+        if fails:
+            raise RuntimeError("CUDA out of memory while recording")
+
+    monkeypatch.setattr(LiveRuntime, "warm_up", warm_up)
+    avatars = _avatars(pipeline)
+    seen = []  # whether the avatars were served when `then` ran
+    try:
+        avatars.warm_up_in_background("anna", MotionOptions(), then=lambda: seen.append(avatars.status()["ready"])
+                                      ).join(30)
+        after = avatars.status()
+    finally:
+        avatars.shutdown()
+    assert seen == ([] if fails else [False])
+    assert after["ready"] and ("steps" in after) is not fails  # done either way; steps served only after a success
+
+
 def test_a_warm_up_cut_short_by_an_unload_is_logged_as_asked_for_not_as_a_fault(pipeline, monkeypatch, caplog):
     gate = threading.Event()
     monkeypatch.setattr(LiveRuntime, "warm_up", lambda self, source, options, several_avatars=True, steps=None:
@@ -894,3 +915,6 @@ def test_standalone_server_starts_serves_and_stops(example_dir):
     output = "".join(lines) + rest
     assert proc.returncode == 0, output[-3000:]
     assert "Ditto live: ready after a" in output  # the operator sees the warm-up end (logged to stderr)
+    # What the start-up and the warm-up made is frozen before streams are served (gc_pauses).
+    frozen = re.search(r"Ditto live: (\d+) objects of the start-up and warm-up are kept out", output)
+    assert frozen and int(frozen.group(1)) > 10_000, output[-3000:]

@@ -36,12 +36,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 from urllib.parse import urlsplit
 
 from ..audio.loading import check_sample_rate
 from ..cli_logging import log_to_stderr
 from ..errors import DittoError, InputError
+from ..gc_pauses import freeze_for_the_process
 from ..motion.motion_options import MotionOptions
 from ..registration.source_info import SourceInfo
 from .output_frames import LiveFrame
@@ -225,11 +226,13 @@ class LiveAvatars:
         return runtime, source, key
 
     def warm_up_in_background(self, avatar_id: str, options: MotionOptions, several_avatars: bool = True,
-                              steps: Optional[Sequence[int]] = None) -> Optional[threading.Thread]:
+                              steps: Optional[Sequence[int]] = None,
+                              then: Optional[Callable[[], None]] = None) -> Optional[threading.Thread]:
         """Warm the runtime of ``avatar_id`` up on a thread (once per runtime, again after a failed
         one; None if it is, or is being, warmed up). Its avatars are refused until the thread ends.
         ``steps`` (default ``options.steps``): the DDIM steps its streams may use
-        (:meth:`LiveRuntime.warm_up`); a runtime warmed up for others refuses more with :class:`InputError`."""
+        (:meth:`LiveRuntime.warm_up`); a runtime warmed up for others refuses more with :class:`InputError`.
+        ``then``: run on that thread after a warm-up that succeeded, before its avatars are served."""
         steps = _served_steps((options.steps,) if steps is None else steps)
         with self._lock:
             runtime, source, key = self._runtime_of(avatar_id)
@@ -240,6 +243,8 @@ class LiveAvatars:
         def warm() -> None:
             try:
                 runtime.warm_up(source, options, several_avatars=several_avatars, steps=steps)
+                if then is not None:
+                    then()
             except RuntimeStopped as stopped:  # withdrawn or shut down meanwhile: asked for, not a fault
                 log.info("Ditto live: the warm-up for avatar %r ended early: %s", avatar_id, stopped)
                 failure = str(stopped)
@@ -602,6 +607,19 @@ def create_app(avatars: LiveAvatars, token: Optional[str] = None, limits: Limits
 # -- CLI ------------------------------------------------------------------------------------
 
 
+def _out_of_full_collections() -> None:
+    """What the standalone server's start-up and warm-up made, kept out of every later collection.
+
+    Its avatars, models, compiled engines and recorded graphs serve until it stops, and they are
+    most of the interpreter's objects: a full collection after the warm-up walks every one of them
+    (a large part of a second, docs/LIVE.md) holding the GIL that every stream's worker threads
+    need. None came in a 5-minute stream, but the objects a long-running server keeps would start
+    one eventually; frozen, these are skipped, and the streams' own are collected as usual.
+    """
+    frozen = freeze_for_the_process(collect_first=True)
+    log.info("Ditto live: %d objects of the start-up and warm-up are kept out of the garbage collector's passes", frozen)
+
+
 def run(args: argparse.Namespace) -> int:
     web = _aiohttp_web()
     from ..pipeline import DittoPipeline
@@ -643,7 +661,7 @@ def run(args: argparse.Namespace) -> int:
             avatars.publish(name, pipeline, pipeline.register(frames, registration, is_image=is_image, name=str(path)))
         if avatar_specs:  # the engines compiled and the graphs recorded while the server already answers
             avatars.warm_up_in_background(avatar_specs[0][0], MotionOptions(), several_avatars=len(avatar_specs) > 1,
-                                          steps=args.steps)
+                                          steps=args.steps, then=_out_of_full_collections)
         app = create_app(avatars, token=args.token, limits=Limits(silent_timeout_s=args.silent_timeout or None))
         print(f"Ditto live: serving http://{args.host}:{args.port}{PREFIX} (avatars: {', '.join(avatars.ids()) or 'none'}"
               f"{'; warming up, streams open once GET ' + PREFIX + '/avatars says ready' if avatar_specs else ''})",
