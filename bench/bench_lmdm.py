@@ -122,6 +122,9 @@ def main() -> None:
                 "naive_vs_eager_max_abs": (naive_window(eager, *inputs) - ref).abs().max().item(),
             }
             variants = {f"graph_{p}": DDIMSampler(lmdm, steps, precision=p) for p in LMDM_PRECISIONS}
+            # The prologue and one step recorded, the step replayed per step (the CLI's one clip).
+            variants.update({f"step_graph_{p}": DDIMSampler(lmdm, steps, precision=p, graph_span="step")
+                             for p in LMDM_PRECISIONS})
             variants.update(
                 {f"compiled_{p}": DDIMSampler(lmdm, steps, precision=p, compile=True) for p in args.compile}
             )

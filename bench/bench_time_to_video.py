@@ -87,9 +87,10 @@ def _child(args: argparse.Namespace) -> None:
     warmup, min_frames = {"background": ("background", 0), "foreground": ("foreground", 0),
                           "cli": ("foreground", ONE_CLIP_COMPILE_MIN_FRAMES),
                           "aot": ("aot_cached", ONE_CLIP_COMPILE_MIN_FRAMES)}[engine_warmup]
+    span = {"lmdm_graph_span": "window"} if "-windowgraph" in suffixes else {}
     pipeline = DittoPipeline.from_model_dir(args.models, device, dtype, cache_dir=Path(args.cache_root) / "avatars",
                                             detect_face=False, compile=not args.no_compile, warmup=warmup,
-                                            compile_min_frames=min_frames, motion_ahead=ahead)
+                                            compile_min_frames=min_frames, motion_ahead=ahead, **span)
     # The compile thread (background), a cached AOT package's load (aot), the eager path's priming.
     pipeline.start_warmup(prime="off" if "-noprime" in suffixes else "first" if "-prime1" in suffixes else "full")
     if engine_warmup in ("cli", "aot") and "-nofreeze" not in suffixes:  # as the CLI's render, which exits after
@@ -142,6 +143,8 @@ VARIANT_SUFFIXES = {
     "-nofreeze": "cli / aot: the start-up's objects left to the collector, not frozen once the models are loaded "
                  "(before session 49)",
     "-prime1": "the engine's eager path primed at the first batch's shape only, not a full batch's too",
+    "-windowgraph": "the LMDM window recorded whole at its first window, not its prologue and one step (before "
+                    "session 50)",
 }
 
 

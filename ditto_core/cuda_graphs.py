@@ -197,7 +197,7 @@ class CapturedCall:
         The answer is then a copy of the recording's first replay.
         """
         device = self.inputs[0].device
-        result = self._warm_up(device) if warm_up else None
+        result = self.warm_up() if warm_up else None
         with recording_turn(device, wait=True), torch.cuda.graph(self.graph, stream=self._stream,
                                                                   capture_error_mode="thread_local"):
             self.outputs = self._run(*self.inputs)
@@ -209,8 +209,9 @@ class CapturedCall:
             self.graph.replay()
         return result if warm_up else _cloned(self.outputs)
 
-    def _warm_up(self, device: torch.device) -> Any:
+    def warm_up(self) -> Any:
         """One eager call on a side stream (see :meth:`capture`), its result usable on the caller's stream."""
+        device = self.inputs[0].device
         caller, side = torch.cuda.current_stream(device), torch.cuda.Stream(device)
         side.wait_stream(caller)
         with torch.cuda.stream(side):

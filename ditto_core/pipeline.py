@@ -107,6 +107,7 @@ class DittoPipeline:
         warmup: str = "foreground",
         compile_min_frames: int = 0,
         motion_ahead: bool = False,
+        lmdm_graph_span: str = "step",
     ) -> None:
         self.models = models
         self.aux = aux
@@ -121,6 +122,11 @@ class DittoPipeline:
         # window. Off by default: on the H200 it did not pay (bench/measurements/2026-12-02-h200-s9:
         # the render slows by what the motion saves, and a new process compiles slower).
         self.motion_ahead = motion_ahead
+        # What the LMDM samplers record (lmdm_sampler.GRAPH_SPANS). A clip samples a few dozen
+        # windows: recording the prologue and one step costs a fifth of recording the whole
+        # window, which replays less than a millisecond faster per window (docs/PERFORMANCE.md).
+        # A live runtime, whose windows are most of its device time, keeps whole windows.
+        self.lmdm_graph_span = lmdm_graph_span
         self.times = StageTimes()
         self.load_times = StageTimes()  # seconds per model group, filled by from_model_dir
         self._samplers: OrderedDict[tuple[int, str, bool], DDIMSampler] = OrderedDict()
@@ -208,7 +214,7 @@ class DittoPipeline:
     def sampler(self, steps: int, precision: str = "fp32", compile: bool = False) -> DDIMSampler:
         """One sampler per setting, kept so its captured CUDA graphs (and compiled steps) are reused."""
         return _most_recent(self._samplers, (steps, precision, compile), lambda: DDIMSampler(
-            self.models.lmdm, steps=steps, precision=precision, compile=compile))
+            self.models.lmdm, steps=steps, precision=precision, compile=compile, graph_span=self.lmdm_graph_span))
 
     def motion(
         self, source: SourceInfo, audio: AudioFeatures, options: MotionOptions,

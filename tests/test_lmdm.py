@@ -96,9 +96,10 @@ def test_bad_condition_width_is_actionable():
 
 
 def test_time_condition_split_by_step_equals_each_steps_own_rows():
-    """The sampler computes every step's time condition in one batch and splits it: each step
-    gets exactly its own rows, dense, with strides that do not depend on the step count (the
-    compiled step is reused across step counts instead of recompiled)."""
+    """The sampler computes every step's time condition in one batch and stacks it by step: each
+    step gets exactly its own rows, dense, with strides that do not depend on the step count (the
+    compiled step is reused across step counts instead of recompiled), whether it is taken by a
+    Python index or gathered by a device index (a recorded step's)."""
     torch.manual_seed(0)
     net = LMDM().eval()
     rows = 4  # 2 windows x (conditional, null)
@@ -109,12 +110,13 @@ def test_time_condition_split_by_step_equals_each_steps_own_rows():
             t = torch.randint(0, 1000, (steps,)).repeat_interleave(rows)
             tiled = type(condition)(**{**vars(condition), "hidden": condition.hidden.repeat(steps, 1)})
             every = net.time_condition(t, tiled)
-            split = every.split_steps(steps)
-            assert len(split) == steps
-            for i, part in enumerate(split):
+            stacked = every.stacked_steps(steps)
+            assert stacked.keys.shape[0] == steps
+            for i in range(steps):
                 own = slice(i * rows, (i + 1) * rows)
-                for got, want in ((part.modulations, every.modulations[:, :, :, own]), (part.keys, every.keys[:, own]),
-                                  (part.values, every.values[:, own])):
-                    assert got.is_contiguous() and torch.equal(got, want)
-                strides.add((part.modulations.stride(), part.keys.stride(), part.values.stride()))
+                for part in (stacked.step(i), stacked.step(torch.tensor([i]))):
+                    for got, want in ((part.modulations, every.modulations[:, :, :, own]),
+                                      (part.keys, every.keys[:, own]), (part.values, every.values[:, own])):
+                        assert got.is_contiguous() and torch.equal(got, want)
+                    strides.add((part.modulations.stride(), part.keys.stride(), part.values.stride()))
     assert len(strides) == 1

@@ -222,6 +222,33 @@ def test_under_cuda_malloc_async_a_recorded_sampler_keeps_its_graph_and_drops_th
         "cannot record compiled steps"]
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("steps", [1, 2, 5])
+def test_a_recorded_step_reading_its_step_from_the_device_computes_what_the_loop_does(precision, steps):
+    """graph_span="step" replays one recorded step per step; the step it runs is read from a counter
+    on the device (its time rows, timestep and update constants gathered there). Run eagerly, that
+    step's arithmetic is bit for bit the loop's, and the counter ends past the last step."""
+    torch.manual_seed(0)
+    model = LMDM().eval().requires_grad_(False)
+    sampler = DDIMSampler(model, steps, cuda_graph=False, precision=precision)
+    for batch in (1, 2):
+        kp, aud, x_T = torch.randn(batch, D), torch.randn(batch, W, 1103), torch.randn(batch, W, D)
+        noise = torch.randn(sampler.noise_shape(batch))
+        want = sampler.sample(kp, aud, x_T, noise)
+        shared = sampler._prologue_tensors(kp, aud)
+        x, rows, index = x_T.clone(), torch.zeros((steps, batch, W, D)), torch.zeros(1, dtype=torch.long)
+        rows[: steps - 1] = noise
+        for _ in range(steps):
+            got = sampler._recorded_step(x, rows, index, shared)
+        assert torch.equal(got, want)
+        assert index.tolist() == [steps]
+
+
+def test_an_unknown_graph_span_is_refused():
+    with pytest.raises(InputError, match="graph span must be one of window, step, got 'layer'"):
+        DDIMSampler(LMDM().eval(), 2, graph_span="layer")
+
+
 def test_unknown_precision_is_refused(lmdm):
     with pytest.raises(InputError, match="precision must be one of fp32, tf32, bf16"):
         DDIMSampler(lmdm, 25, precision="fp16")
@@ -421,10 +448,11 @@ def test_sequence_inputs_are_checked():
 
 
 @pytest.mark.gpu
-def test_cuda_graph_replay_equals_eager():
+@pytest.mark.parametrize("span", lmdm_sampler.GRAPH_SPANS)
+def test_cuda_graph_replay_equals_eager(span):
     torch.manual_seed(0)
     model = LMDM().cuda().eval()
-    eager, graphed = DDIMSampler(model, 25, cuda_graph=False), DDIMSampler(model, 25, cuda_graph=True)
+    eager, graphed = DDIMSampler(model, 25, cuda_graph=False), DDIMSampler(model, 25, cuda_graph=True, graph_span=span)
     gen = torch.Generator(device="cuda").manual_seed(0)
     for _ in range(3):  # first call captures, later calls replay with new inputs
         kp = torch.randn(2, D, device="cuda", generator=gen)
@@ -528,7 +556,8 @@ def test_a_recording_put_off_skips_its_warm_up_on_the_thread_that_ran_the_window
     behaviour="the replay copies its inputs in inference mode and answers as eager sampling does (the copy was "
               "refused before and the clip failed)")
 @pytest.mark.parametrize("recorded_in, replayed_in", [("inference", "no_grad"), ("no_grad", "inference")])
-def test_a_window_recorded_in_one_grad_mode_replays_in_the_other(recorded_in, replayed_in):
+@pytest.mark.parametrize("span", lmdm_sampler.GRAPH_SPANS)
+def test_a_window_recorded_in_one_grad_mode_replays_in_the_other(recorded_in, replayed_in, span):
     """A pipeline with ``motion_ahead`` samples its clips' motion on a worker in inference mode, where
     the window graph is recorded; a later clip with fades (never ahead) or a ``motion()`` call samples
     under ``no_grad``, and the replay's input copy was refused ("Inplace update to inference tensor
@@ -536,7 +565,7 @@ def test_a_window_recorded_in_one_grad_mode_replays_in_the_other(recorded_in, re
     modes = {"inference": torch.inference_mode, "no_grad": torch.no_grad}
     torch.manual_seed(0)
     model = LMDM().cuda().eval().requires_grad_(False)
-    eager, graphed = DDIMSampler(model, 5, cuda_graph=False), DDIMSampler(model, 5, cuda_graph=True)
+    eager, graphed = DDIMSampler(model, 5, cuda_graph=False), DDIMSampler(model, 5, cuda_graph=True, graph_span=span)
     gen = torch.Generator(device="cuda").manual_seed(0)
     for mode in (recorded_in, replayed_in, replayed_in):
         args = (torch.randn(1, D, device="cuda", generator=gen), torch.randn(1, W, 1103, device="cuda", generator=gen),
@@ -550,12 +579,14 @@ def test_a_window_recorded_in_one_grad_mode_replays_in_the_other(recorded_in, re
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_compiled_graph_equals_eager(precision):
-    """torch.compile'd steps recorded into the window graph give the eager answer of the same precision."""
+@pytest.mark.parametrize("span", lmdm_sampler.GRAPH_SPANS)
+def test_compiled_graph_equals_eager(precision, span):
+    """torch.compile'd steps recorded into the window graph (or the step graph) give the eager
+    answer of the same precision."""
     torch.manual_seed(0)
     model = LMDM().cuda().eval().requires_grad_(False)
     eager = DDIMSampler(model, 25, cuda_graph=False, precision=precision)
-    compiled = DDIMSampler(model, 25, cuda_graph=True, precision=precision, compile=True)
+    compiled = DDIMSampler(model, 25, cuda_graph=True, precision=precision, compile=True, graph_span=span)
     gen = torch.Generator(device="cuda").manual_seed(0)
     for _ in range(2):
         kp = torch.randn(1, D, device="cuda", generator=gen)
@@ -565,3 +596,28 @@ def test_compiled_graph_equals_eager(precision):
         want = eager.sample(kp, aud, x_T, noise)
         # Inductor reorders reductions: fp32 agrees to rounding, bf16 to a few bf16 ulps.
         assert rel_l2(compiled.sample(kp, aud, x_T, noise), want) < (1e-5 if precision == "fp32" else 2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("malloc_async", [False, True])
+@pytest.mark.parametrize("steps", [1, 2, 25])
+def test_step_graphs_replay_the_window_graphs_windows_bit_for_bit(monkeypatch, steps, malloc_async):
+    """graph_span="step" records the prologue and one step and replays the step once per step;
+    every window equals the whole window's graph exactly (the same kernels, the step's constants
+    gathered on the device), at any step count, batch size and precision, and under
+    cudaMallocAsync (whose recordings are replayed once as they are made, advancing the counter)."""
+    monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: malloc_async)
+    torch.manual_seed(0)
+    model = LMDM().cuda().eval().requires_grad_(False)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for precision in ("fp32", "tf32", "bf16"):
+        window = DDIMSampler(model, steps, precision=precision)
+        step = DDIMSampler(model, steps, precision=precision, graph_span="step")
+        for batch in (1, 2, 1):
+            args = (torch.randn(batch, D, device="cuda", generator=gen),
+                    torch.randn(batch, W, 1103, device="cuda", generator=gen),
+                    torch.randn(batch, W, D, device="cuda", generator=gen),
+                    torch.randn(window.noise_shape(batch), device="cuda", generator=gen))
+            want = window.sample(*args)
+            assert torch.equal(step.sample(*args), want), (precision, batch)
+        assert len(step._graphs) == 2

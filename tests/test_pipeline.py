@@ -132,3 +132,18 @@ def test_start_warmup_primes_on_cuda_only_and_refuses_an_unknown_priming(pipelin
     assert not pipeline.engine()._prime.started
     with pytest.raises(InputError, match=r'prime must be "full", "first" or "off", got \'sometimes\''):
         pipeline.start_warmup(prime="sometimes")
+
+
+def test_a_pipelines_clips_record_lmdm_steps_and_its_live_runtime_whole_windows(pipeline):
+    """A clip samples a few dozen windows: its samplers record the prologue and one step
+    (motion/lmdm_step_graph.py). A live runtime's windows are a large share of its device time: its
+    samplers record whole windows, which replay fastest."""
+    from ditto_core.live import LiveRuntime
+    from tests.live_support import RecordingRenderer
+
+    assert pipeline.sampler(3).graph_span == "step"
+    runtime = LiveRuntime(pipeline, max_streams=1, renderer=RecordingRenderer())
+    try:
+        assert runtime.sampler(MotionOptions(steps=3)).graph_span == "window"
+    finally:
+        runtime.shutdown()

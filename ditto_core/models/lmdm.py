@@ -285,9 +285,10 @@ class LMDMTimeCondition:
     keys: Tensor  # (layers, N, 2, 512): cross-attention keys of the 2 time tokens
     values: Tensor  # (layers, N, 2, 512): their values
 
-    def split_steps(self, steps: int) -> list["LMDMTimeCondition"]:
+    def stacked_steps(self, steps: int) -> "LMDMTimeCondition":
         """The rows as ``steps`` equal consecutive groups (rows = steps x N, step-major, as a
-        sampler with a fixed schedule computes them), each group dense.
+        sampler with a fixed schedule computes them), stacked on a new leading axis, each group
+        dense: :meth:`step` takes one out.
 
         One copy per tensor for all groups: a step's slice of the rows would be a view whose
         strides depend on the step count (``torch.compile`` guards on strides), and a copy per
@@ -296,8 +297,16 @@ class LMDMTimeCondition:
         def grouped(tensor: Tensor, row_dim: int) -> Tensor:
             return tensor.unflatten(row_dim, (steps, -1)).movedim(row_dim, 0).contiguous()
 
-        modulations, keys, values = grouped(self.modulations, 3), grouped(self.keys, 1), grouped(self.values, 1)
-        return [LMDMTimeCondition(modulations[i], keys[i], values[i]) for i in range(steps)]
+        return LMDMTimeCondition(grouped(self.modulations, 3), grouped(self.keys, 1), grouped(self.values, 1))
+
+    def step(self, index: int | Tensor) -> "LMDMTimeCondition":
+        """Step ``index`` of a :meth:`stacked_steps` condition: a view for a Python int; for a
+        one-element int64 tensor on the device, a gathered copy, so that a CUDA graph of one step
+        can read the step it is replayed for from the device."""
+        if isinstance(index, int):
+            return LMDMTimeCondition(self.modulations[index], self.keys[index], self.values[index])
+        return LMDMTimeCondition(*(t.index_select(0, index).squeeze(0) for t in (self.modulations, self.keys,
+                                                                                  self.values)))
 
 
 def _positions(tables: tuple[Tensor, Tensor], start: int, stop: int) -> tuple[Tensor, Tensor]:
@@ -427,7 +436,7 @@ class LMDM(nn.Module):
         """Timestep-dependent quantities for M rows: t (M,) int64, ``condition`` with M rows.
 
         Independent of ``x``: a sampler with a fixed schedule computes them for all its steps
-        in one batch (rows = steps x N) and splits them with :meth:`LMDMTimeCondition.split_steps`.
+        in one batch (rows = steps x N) and stacks them with :meth:`LMDMTimeCondition.stacked_steps`.
         """
         t_hidden = self.time_mlp(t)
         film = self.to_time_cond(t_hidden) + condition.hidden

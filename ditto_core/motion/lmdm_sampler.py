@@ -3,7 +3,9 @@
 :class:`DDIMSampler` runs the fixed-schedule DDIM loop (eta = 1, classifier-free guidance
 weight 2) over one window. On CUDA it records the whole window (condition encoding plus every
 step) into a CUDA graph on first use and replays it afterwards: the per-window work is a few
-hundred small kernels at batch 1, so launch overhead, not arithmetic, is what graphs remove.
+thousand small kernels at batch 1, so launch overhead, not arithmetic, is what graphs remove.
+A process that samples few windows records the prologue and one step instead
+(:mod:`.lmdm_step_graph`), a fraction of the recording.
 
 :func:`generate_motion` stitches windows into a sequence the way Ditto's offline pipeline
 does: windows start every ``80 - overlap`` frames, each new window is linearly cross-faded
@@ -26,7 +28,7 @@ import math
 import threading
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
-from typing import Any, Iterator, Optional, Protocol
+from typing import Any, Callable, Iterator, Optional, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -36,13 +38,17 @@ from ..compilation import announce_once, compile_available, compile_failures, us
 from ..cuda_graphs import CapturedCall, beside_captures, recording_turn
 from ..errors import InputError
 from ..models.keypoints import MOTION_DIM
-from ..models.lmdm import DIFFUSION_STEPS, LMDM, WINDOW, RotaryAttention, cosine_alphas_cumprod
+from ..models.lmdm import (
+    DIFFUSION_STEPS, LMDM, WINDOW, LMDMCondition, LMDMTimeCondition, RotaryAttention, cosine_alphas_cumprod,
+)
 from ..precision import LMDM_PRECISIONS
 from ..progress import ProgressCallback, report
+from .lmdm_step_graph import StepGraphs
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "GRAPH_SPANS",
     "DDIMSampler",
     "WindowSampler",
     "cosine_alphas_cumprod",
@@ -57,6 +63,11 @@ __all__ = [
 
 POSE_DIMS = 202
 """Leading motion channels that are smoothed: scale, the three pose-bin logit sets and t."""
+
+GRAPH_SPANS = ("window", "step")
+"""What a sampler's CUDA graph holds: the whole window (the fastest replay; for processes that
+sample many windows) or its prologue and one step replayed per step (a fraction of the recording;
+for a process that samples few, :mod:`.lmdm_step_graph`)."""
 
 
 
@@ -98,6 +109,7 @@ class DDIMSampler:
         lmdm: the network (its device decides where sampling runs).
         steps: number of DDIM steps (25 is Ditto's fast setting, 50 its default).
         cuda_graph: on CUDA, record the window once per input shape and replay it after.
+        graph_span: one of :data:`GRAPH_SPANS`: what that recording holds.
         precision: one of :data:`~ditto_core.precision.LMDM_PRECISIONS`; ``fp32`` reproduces the reference.
         compile: run each guided step through ``torch.compile`` (fewer, fused kernels; the
             first window pays the compilation). Combined with ``cuda_graph`` the compiled step
@@ -114,14 +126,18 @@ class DDIMSampler:
     """
 
     def __init__(
-        self, lmdm: LMDM, steps: int = 25, cuda_graph: bool = True, precision: str = "fp32", compile: bool = False
+        self, lmdm: LMDM, steps: int = 25, cuda_graph: bool = True, precision: str = "fp32", compile: bool = False,
+        graph_span: str = "window",
     ) -> None:
         if precision not in LMDM_PRECISIONS:
             raise InputError(f"LMDM precision must be one of {', '.join(LMDM_PRECISIONS)}, got {precision!r}.")
+        if graph_span not in GRAPH_SPANS:
+            raise InputError(f"LMDM graph span must be one of {', '.join(GRAPH_SPANS)}, got {graph_span!r}.")
         pairs = ddim_time_pairs(steps, lmdm.alphas_cumprod.shape[0])
         self.lmdm = lmdm
         self.steps = steps
         self.cuda_graph = cuda_graph
+        self.graph_span = graph_span
         self.precision = precision
         self._net = _bf16_matmul_copy(lmdm) if precision == "bf16" else lmdm
         device = lmdm.alphas_cumprod.device
@@ -148,11 +164,15 @@ class DDIMSampler:
         # step); at 3 steps float32 rounds it below zero and the square root would be NaN.
         self.c: tuple[float, ...] = tuple((1 - a_next - sigma**2).clamp_min(0).sqrt().tolist())
         self.sigma: tuple[float, ...] = tuple(sigma.tolist())
+        # The same per step on the device, for a recorded step that reads its step there (the last
+        # step's update, which a window does not use, gets zeros).
+        self._update_rows = torch.tensor([col + (0.0,) for col in (self.alpha_next_sqrt, self.c, self.sigma)],
+                                         dtype=torch.float32, device=device)
         self.timesteps = t.to(device)  # (steps,) int64: the model's t at each step
-        self._graphs: dict[tuple, CapturedCall] = {}
+        self._graphs: dict[tuple, CapturedCall | StepGraphs] = {}
         self._capture_stream: Optional[torch.cuda.Stream] = None
         self._ran_eagerly = threading.local()
-        self._compiled_shapes: set[tuple] = set()  # (kp_cond, aud_cond) shapes the compiled step has run at
+        self._compiled_batches: set[int] = set()  # window batch sizes the compiled step has run at
 
     def _eager_keys(self) -> set[tuple]:
         """The graph keys this thread sampled eagerly because their recording was put off."""
@@ -195,7 +215,11 @@ class DDIMSampler:
                     return result
                 if self._capture_stream is None:  # this sampler's graphs: one cuBLAS workspace of their own
                     self._capture_stream = torch.cuda.Stream(x_T.device)
-                captured = CapturedCall(self._run, inputs, self._capture_stream)
+                if self.graph_span == "step":
+                    captured = StepGraphs(self._prologue_tensors, self._recorded_step, self.steps, inputs,
+                                          self._capture_stream)
+                else:
+                    captured = CapturedCall(self._run, inputs, self._capture_stream)
                 # A window this thread already ran eagerly did the set-up the recording's warm-up
                 # is for; the warm-up would be one more eager window (a new process's first clip).
                 result = captured.capture(warm_up=key not in ran_eagerly)
@@ -203,23 +227,42 @@ class DDIMSampler:
             return result
         return captured.replay(inputs).clone()  # the next replay overwrites the graph's output
 
-    def next_x(self, i: int, x_start: Tensor, pred_noise: Tensor, noise: Tensor) -> Tensor:
-        """The DDIM update after step ``i`` (not the last): ``x_start·√ᾱ' + c·ε + σ·noise``."""
-        return x_start * self.alpha_next_sqrt[i] + self.c[i] * pred_noise + self.sigma[i] * noise
+    def next_x(self, i: int | Tensor, x_start: Tensor, pred_noise: Tensor, noise: Tensor) -> Tensor:
+        """The DDIM update after step ``i`` (not the last): ``x_start·√ᾱ' + c·ε + σ·noise``.
+
+        ``i``: a Python int (the constants baked in), or a one-element int64 tensor on the device
+        (a recorded step's; the same float32 products and sums)."""
+        if isinstance(i, int):
+            alpha_next_sqrt, c, sigma = self.alpha_next_sqrt[i], self.c[i], self.sigma[i]
+        else:
+            alpha_next_sqrt, c, sigma = self._update_rows.index_select(1, i)
+        return x_start * alpha_next_sqrt + c * pred_noise + sigma * noise
+
+    def prologue(self, kp_cond: Tensor, aud_cond: Tensor) -> tuple[LMDMCondition, LMDMTimeCondition]:
+        """What every step of a window reads: the guidance condition (2B rows) and every step's
+        time condition, computed in one batch of steps x 2B rows and stacked by step."""
+        condition = self._net.encode_guidance(kp_cond, aud_cond)
+        every_t = self.timesteps.repeat_interleave(2 * kp_cond.shape[0])  # conditional + null rows per step
+        tiled = replace(condition, hidden=condition.hidden.repeat(self.steps, 1))
+        return condition, self._net.time_condition(every_t, tiled).stacked_steps(self.steps)
 
     def _run(self, kp_cond: Tensor, aud_cond: Tensor, x: Tensor, noise: Tensor) -> Tensor:
-        """The eager loop; nothing in it reads device values back to the host.
+        """The eager loop; nothing in it reads device values back to the host."""
+        return self._guarded(x.shape[0], lambda: self._loop(kp_cond, aud_cond, x, noise))
 
-        The first run at each shape of a compiled sampler compiles, which synchronises the device:
-        it is marked (cuda_graphs.beside_captures), so recordings on other threads wait or are put off."""
-        shape = (tuple(kp_cond.shape), tuple(aud_cond.shape))
-        compiling = self.compile and shape not in self._compiled_shapes
+    def _guarded(self, batch: int, work: Callable[[], Any]) -> Any:
+        """``work()`` in the sampler's matmul precision.
+
+        The first run at each batch size of a compiled sampler compiles, which synchronises the
+        device: it is marked (cuda_graphs.beside_captures), so recordings on other threads wait
+        or are put off. A compile that fails leaves the sampler eager, announced once."""
+        compiling = self.compile and batch not in self._compiled_batches
         marked = beside_captures(compiling=True) if compiling else nullcontext()
-        with _matmul_precision(self.precision, x.device), marked:
+        with _matmul_precision(self.precision, self.timesteps.device), marked:
             try:
-                result = self._loop(kp_cond, aud_cond, x, noise)
+                result = work()
                 if compiling:
-                    self._compiled_shapes.add(shape)
+                    self._compiled_batches.add(batch)
                 return result
             except compile_failures() as error:
                 if not self.compile:
@@ -227,24 +270,45 @@ class DDIMSampler:
                 # Compilation happens on the first (warm-up) run, before any graph is recorded.
                 self.compile, self._guided_step = False, self._net.guided_step
                 _announce_uncompiled(f"compilation failed ({type(error).__name__}: {error})")
-                return self._loop(kp_cond, aud_cond, x, noise)
+                return work()
 
     def _loop(self, kp_cond: Tensor, aud_cond: Tensor, x: Tensor, noise: Tensor) -> Tensor:
-        lmdm, b = self._net, x.shape[0]
-        condition = lmdm.encode_guidance(kp_cond, aud_cond)
-        rows = 2 * b  # conditional + null rows per step
-        # Everything that depends on t alone, for all steps at once: (steps x 2B) rows.
-        every_t = self.timesteps.repeat_interleave(rows)
-        tiled = replace(condition, hidden=condition.hidden.repeat(self.steps, 1))
-        times = lmdm.time_condition(every_t, tiled).split_steps(self.steps)
+        b = x.shape[0]
+        condition, times = self.prologue(kp_cond, aud_cond)
 
         def step(i: int, x: Tensor) -> tuple[Tensor, Tensor]:
-            return self._guided_step(x, self.timesteps[i].expand(b), condition, times[i])
+            return self._guided_step(x, self.timesteps[i].expand(b), condition, times.step(i))
 
         for i in range(self.steps - 1):
             pred_noise, x_start = step(i, x)
             x = self.next_x(i, x_start, pred_noise, noise[i])
         return step(self.steps - 1, x)[1]
+
+    # -- a window as a recorded prologue and a recorded step (graph_span="step") ---------------
+
+    def _prologue_tensors(self, kp_cond: Tensor, aud_cond: Tensor) -> tuple[Tensor, ...]:
+        """:meth:`prologue` in the sampler's precision, as the flat tuple a recording returns."""
+        with _matmul_precision(self.precision, kp_cond.device):
+            condition, times = self.prologue(kp_cond, aud_cond)
+        return (condition.frame_term, condition.hidden, condition.keys, condition.values, *condition.tables,
+                times.modulations, times.keys, times.values)
+
+    def _recorded_step(self, x: Tensor, noise: Tensor, index: Tensor, shared: tuple[Tensor, ...]) -> Tensor:
+        """Step ``index`` ((1,) int64 on the device) of the window whose :meth:`_prologue_tensors`
+        are ``shared``, as the loop computes it: x becomes the next step's x and the index
+        advances, in place; returns the step's x0. ``noise``: (steps, B, 80, 265), a row a step."""
+        condition = LMDMCondition(*shared[:4], tables=(shared[4], shared[5]))
+        times = LMDMTimeCondition(*shared[6:])
+        b = x.shape[0]
+
+        def work() -> Tensor:
+            t = self.timesteps.index_select(0, index).expand(b)
+            pred_noise, x_start = self._guided_step(x, t, condition, times.step(index))
+            x.copy_(self.next_x(index, x_start, pred_noise, noise.index_select(0, index).squeeze(0)))
+            index.add_(1)
+            return x_start
+
+        return self._guarded(b, work)
 
 
 def _announce_uncompiled(why: str) -> None:
