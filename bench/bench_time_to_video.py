@@ -87,13 +87,15 @@ def _child(args: argparse.Namespace) -> None:
     warmup, min_frames = {"background": ("background", 0), "foreground": ("foreground", 0),
                           "cli": ("foreground", ONE_CLIP_COMPILE_MIN_FRAMES),
                           "aot": ("aot_cached", ONE_CLIP_COMPILE_MIN_FRAMES)}[engine_warmup]
-    span = {"lmdm_graph_span": "window"} if "-windowgraph" in suffixes else {}
+    one_clip = engine_warmup in ("cli", "aot")  # as the CLI's render, which exits after its clip
+    step_span = "-stepgraph" in suffixes if not one_clip else "-windowgraph" not in suffixes
     pipeline = DittoPipeline.from_model_dir(args.models, device, dtype, cache_dir=Path(args.cache_root) / "avatars",
                                             detect_face=False, compile=not args.no_compile, warmup=warmup,
-                                            compile_min_frames=min_frames, motion_ahead=ahead, **span)
+                                            compile_min_frames=min_frames, motion_ahead=ahead,
+                                            lmdm_graph_span="step" if step_span else "window")
     # The compile thread (background), a cached AOT package's load (aot), the eager path's priming.
     pipeline.start_warmup(prime="off" if "-noprime" in suffixes else "first" if "-prime1" in suffixes else "full")
-    if engine_warmup in ("cli", "aot") and "-nofreeze" not in suffixes:  # as the CLI's render, which exits after
+    if one_clip and "-nofreeze" not in suffixes:
         from ditto_core.gc_pauses import freeze_for_the_process
 
         times["frozen_objects"] = freeze_for_the_process()
@@ -143,8 +145,9 @@ VARIANT_SUFFIXES = {
     "-nofreeze": "cli / aot: the start-up's objects left to the collector, not frozen once the models are loaded "
                  "(before session 49)",
     "-prime1": "the engine's eager path primed at the first batch's shape only, not a full batch's too",
-    "-windowgraph": "the LMDM window recorded whole at its first window, not its prologue and one step (before "
-                    "session 50)",
+    "-stepgraph": "background / foreground: the LMDM window recorded as its prologue and one step, as the CLI does",
+    "-windowgraph": "cli / aot: the LMDM window recorded whole at its first window, not its prologue and one step "
+                    "(before session 50)",
 }
 
 

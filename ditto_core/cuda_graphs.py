@@ -9,6 +9,7 @@ copies new inputs in and returns those outputs, which the next replay overwrites
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
 import warnings
 from typing import Any, Callable, Iterator, Optional
@@ -142,6 +143,26 @@ def recording_turn(device: torch.device, wait: Optional[bool] = None) -> Iterato
                 _turns.notify_all()
 
 
+@contextlib.contextmanager
+def _collector_held() -> Iterator[None]:
+    """No automatic garbage collection while the block records.
+
+    A collection frees whatever unreachable cycles hold, and recent PyTorch no longer collects as
+    a recording starts: an owner of graphs dropped in a cycle (a sampler of an earlier setting)
+    was freed in the middle of another recording, and under ``cudaMallocAsync`` freeing its
+    recording's memory there aborted the process (session 50, a GPU test). Collections wait until
+    the recording ends, milliseconds; :class:`CapturedCall` also drops its function once recorded,
+    so that its owners are freed when dropped, not by a later collection.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _tensors(value: Any) -> list[Tensor]:
     if isinstance(value, Tensor):
         return [value]
@@ -176,7 +197,7 @@ class CapturedCall:
         self.inputs = tuple(t.clone() for t in inputs)
         self.graph = torch.cuda.CUDAGraph()
         self.outputs: Optional[Any] = None
-        self._run = run
+        self._run: Optional[Callable[..., Any]] = run  # until recorded (see capture)
         self._stream = stream
 
     def capture(self, warm_up: bool = True) -> Any:
@@ -198,9 +219,12 @@ class CapturedCall:
         """
         device = self.inputs[0].device
         result = self.warm_up() if warm_up else None
-        with recording_turn(device, wait=True), torch.cuda.graph(self.graph, stream=self._stream,
-                                                                  capture_error_mode="thread_local"):
+        with recording_turn(device, wait=True), _collector_held(), torch.cuda.graph(
+                self.graph, stream=self._stream, capture_error_mode="thread_local"):
             self.outputs = self._run(*self.inputs)
+        # Replays need only the graph; kept, the function (a bound method of the owner that keeps
+        # this object) would leave owner and recording to the garbage collector (_collector_held).
+        self._run = None
         if not warm_up or uses_cuda_malloc_async(device):
             # Under cudaMallocAsync the memory the recording allocated (its outputs) is a CUDA
             # graph allocation, which exists only once the graph has run: freed before that (an
@@ -210,7 +234,8 @@ class CapturedCall:
         return result if warm_up else _cloned(self.outputs)
 
     def warm_up(self) -> Any:
-        """One eager call on a side stream (see :meth:`capture`), its result usable on the caller's stream."""
+        """One eager call on a side stream (see :meth:`capture`, before which it is called), its
+        result usable on the caller's stream."""
         device = self.inputs[0].device
         caller, side = torch.cuda.current_stream(device), torch.cuda.Stream(device)
         side.wait_stream(caller)

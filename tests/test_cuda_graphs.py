@@ -288,6 +288,43 @@ def test_releasing_a_recording_empties_its_outputs_and_leaves_copies_and_views_i
     assert torch.equal(kept_copy, torch.arange(12.0).view(3, 4))
 
 
+@pytest.mark.reliability(
+    area="Soak and faults",
+    case="an owner of CUDA graphs (an LMDM sampler of an earlier setting) dropped in a reference cycle while "
+         "another graph is being recorded under cudaMallocAsync",
+    behaviour="no garbage collection runs inside a recording, and a recording keeps no reference to its owner, so "
+              "owners are freed when dropped: nothing frees graph memory mid-recording (that aborted the process)")
+def test_a_recording_holds_the_collector_and_then_keeps_no_reference_to_its_owner(monkeypatch):
+    """The abort of session 50's GPU run under the real cudaMallocAsync: a collection during a
+    recording freed samplers dropped earlier, whose graphs' memory may not be freed there."""
+    import contextlib
+    import gc
+    import weakref
+
+    monkeypatch.setattr(cuda_graphs.torch.cuda, "CUDAGraph", lambda: type("Graph", (), {"replay": lambda self: None})())
+    monkeypatch.setattr(cuda_graphs.torch.cuda, "graph", lambda graph, **kwargs: contextlib.nullcontext())
+    monkeypatch.setattr(cuda_graphs, "recording_turn", lambda device, wait=None: contextlib.nullcontext(True))
+    monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: True)
+    seen = []
+
+    class Owner:  # as a sampler: it keeps its recording, which was made of its own method
+        def run(self, x):
+            seen.append(gc.isenabled())
+            return x * 2
+
+    owner = Owner()
+    owner.recording = CapturedCall(owner.run, (torch.ones(3),), stream=None)
+    assert owner.recording.capture(warm_up=False).tolist() == [2.0, 2.0, 2.0]
+    assert seen == [False] and gc.isenabled()  # held for the recording only
+    gone = weakref.ref(owner)
+    gc.disable()  # what frees the owner now must be its last reference going, not a collection
+    try:
+        del owner
+        assert gone() is None
+    finally:
+        gc.enable()
+
+
 def _chain(weight):
     def run(x):
         for _ in range(30):  # small-M products, the shape cuBLAS splits over K through its workspace
@@ -445,3 +482,42 @@ def test_an_owner_dropped_after_its_only_recorded_call_frees_the_recording_clean
     done = subprocess.run([sys.executable, "-c", ONE_RECORDED_WINDOW], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("dropped"), done.stderr[-3000:]
+
+
+OWNERS_DROPPED_IN_CYCLES = """
+import gc, torch
+from ditto_core.models.keypoints import MOTION_DIM
+from ditto_core.models.lmdm import LMDM, WINDOW
+from ditto_core.motion.lmdm_sampler import DDIMSampler
+lmdm = LMDM().cuda().eval().requires_grad_(False)
+gen = torch.Generator(device="cuda").manual_seed(0)
+args = lambda steps: (torch.randn(1, MOTION_DIM, device="cuda", generator=gen),
+                      torch.randn(1, WINDOW, 1103, device="cuda", generator=gen),
+                      torch.randn(1, WINDOW, MOTION_DIM, device="cuda", generator=gen),
+                      torch.randn(steps - 1, 1, WINDOW, MOTION_DIM, device="cuda", generator=gen))
+gc.set_threshold(1)  # a collection at almost every allocation, inside recordings too if they allowed it
+for round_ in range(3):
+    for span in ("window", "step"):
+        for steps in (2, 5):
+            sampler = DDIMSampler(lmdm, steps, graph_span=span)
+            sampler.sample(*args(steps))
+            cycle = [sampler]
+            cycle.append(cycle)  # dropped in a cycle: only a collection frees it
+            del sampler, cycle
+torch.cuda.synchronize()
+gc.collect()
+torch.cuda.synchronize()
+print("recorded and dropped")
+"""
+
+
+@pytest.mark.gpu
+def test_owners_dropped_in_cycles_are_never_freed_inside_another_recording():
+    """Session 50 (call 6): under ComfyUI's allocator a GPU test aborted in the middle of a
+    recording, where an automatic collection freed the samplers of an earlier setting, left in
+    cycles, and with them their recordings' memory. Recordings now hold the collector; here
+    collections are due at almost every allocation and every sampler is dropped in a cycle."""
+    env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}
+    done = subprocess.run([sys.executable, "-c", OWNERS_DROPPED_IN_CYCLES], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("recorded and dropped"), done.stderr[-3000:]

@@ -134,15 +134,17 @@ def test_start_warmup_primes_on_cuda_only_and_refuses_an_unknown_priming(pipelin
         pipeline.start_warmup(prime="sometimes")
 
 
-def test_a_pipelines_clips_record_lmdm_steps_and_its_live_runtime_whole_windows(pipeline):
-    """A clip samples a few dozen windows: its samplers record the prologue and one step
-    (motion/lmdm_step_graph.py). A live runtime's windows are a large share of its device time: its
-    samplers record whole windows, which replay fastest."""
+def test_a_pipeline_and_its_live_runtime_record_whole_lmdm_windows_unless_told(pipeline):
+    """Processes that live on (ComfyUI, a worker, a live runtime) record whole windows, which
+    replay fastest; a pipeline built with lmdm_graph_span="step" (the CLI's one clip) records the
+    prologue and one step (motion/lmdm_step_graph.py)."""
     from ditto_core.live import LiveRuntime
     from tests.live_support import RecordingRenderer
 
-    assert pipeline.sampler(3).graph_span == "step"
-    runtime = LiveRuntime(pipeline, max_streams=1, renderer=RecordingRenderer())
+    assert pipeline.sampler(3).graph_span == "window"
+    step = DittoPipeline(pipeline.models, pipeline.aux, pipeline.hubert, lmdm_graph_span="step")
+    assert step.sampler(3).graph_span == "step"
+    runtime = LiveRuntime(step, max_streams=1, renderer=RecordingRenderer())
     try:
         assert runtime.sampler(MotionOptions(steps=3)).graph_span == "window"
     finally:
