@@ -24,6 +24,8 @@ _recordings = 0  # recording_turn() blocks that were given the turn
 # "device_wide", between_recordings().
 _running = {"side": 0, "compiling": 0, "device_wide": 0}
 _turns = threading.Condition()
+# Recordings' outputs (and graphs) released while a recording ran: freed when none runs (CapturedCall.release).
+_released_mid_recording: list[tuple[list[Tensor], Any]] = []
 # Per thread: .side / .compiling, its beside_captures() blocks; .recording, its recording turns; .device_wide, its
 # between_recordings() blocks; .wait, whether its recordings wait for their turn (recordings_wait())
 # rather than being put off.
@@ -141,6 +143,11 @@ def recording_turn(device: torch.device, wait: Optional[bool] = None) -> Iterato
             with _turns:
                 _recordings -= 1
                 _turns.notify_all()
+                parked = [] if _recordings else _released_mid_recording[:]
+                if parked:
+                    _released_mid_recording.clear()
+            for outputs, _graph in parked:  # the graphs go with the list
+                _free(outputs)
 
 
 @contextlib.contextmanager
@@ -152,7 +159,8 @@ def _collector_held() -> Iterator[None]:
     was freed in the middle of another recording, and under ``cudaMallocAsync`` freeing its
     recording's memory there aborted the process (session 50, a GPU test). Collections wait until
     the recording ends, milliseconds; :class:`CapturedCall` also drops its function once recorded,
-    so that its owners are freed when dropped, not by a later collection.
+    so that its owners are freed when dropped, not by a later collection, and a recording released
+    while another is made is freed after it (:meth:`CapturedCall.release`).
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -169,6 +177,14 @@ def _tensors(value: Any) -> list[Tensor]:
     if isinstance(value, (tuple, list)):
         return [t for item in value for t in _tensors(item)]
     return []
+
+
+def _free(tensors: list[Tensor]) -> None:
+    """Empty ``tensors`` in place (``set_()``), their memory back to the allocator, its warnings silenced."""
+    with warnings.catch_warnings(), torch.inference_mode():
+        warnings.simplefilter("ignore")
+        for tensor in tensors:
+            tensor.set_()
 
 
 def _cloned(value: Any) -> Any:
@@ -247,7 +263,11 @@ class CapturedCall:
         return result
 
     def release(self) -> None:
-        """Free the recording's outputs now (the graph goes with this object).
+        """Free the recording's outputs now (the graph goes with this object), or, while a graph
+        is being recorded on any thread, once no recording runs: under ``cudaMallocAsync``
+        freeing a recording's memory inside another recording aborts the process (an owner
+        dropped on one thread while a live runtime's warm-up records on another, or freed by a
+        collection; see :func:`_collector_held`). The graph is kept until then too.
 
         Under ``cudaMallocAsync`` freeing memory a recording allocated warns once per tensor
         ("Attempting uncaptured free of a captured allocation"): printed straight to stderr when
@@ -255,10 +275,11 @@ class CapturedCall:
         when it happens inside a tensor method, as ``set_()`` does.
         """
         outputs, self.outputs = _tensors(self.outputs), None
-        with warnings.catch_warnings(), torch.inference_mode():
-            warnings.simplefilter("ignore")
-            for tensor in outputs:
-                tensor.set_()
+        with _turns:
+            if _recordings:
+                _released_mid_recording.append((outputs, getattr(self, "graph", None)))
+                return
+        _free(outputs)
 
     def __del__(self) -> None:
         try:

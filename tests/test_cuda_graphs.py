@@ -325,6 +325,28 @@ def test_a_recording_holds_the_collector_and_then_keeps_no_reference_to_its_owne
         gc.enable()
 
 
+@pytest.mark.reliability(
+    area="Soak and faults",
+    case="a recording's owner dropped (models unloaded, a setting evicted) while a graph is being recorded on "
+         "another thread (a live runtime warming up)",
+    behaviour="its outputs and graph are freed once no recording runs, never in the middle of one (under "
+              "cudaMallocAsync that aborted the process)")
+@pytest.mark.parametrize("malloc_async", [False, True])
+def test_a_recording_released_while_another_is_made_is_freed_after_it(monkeypatch, malloc_async):
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(cuda_graphs, "uses_cuda_malloc_async", lambda device: malloc_async)
+    with torch.inference_mode():
+        features = torch.arange(12.0)
+    graph = object()
+    call = SimpleNamespace(outputs=(features,), graph=graph)
+    with recording_elsewhere():
+        CapturedCall.release(call)
+        assert call.outputs is None and features.numel() == 12  # parked: the recording is still being made
+        assert cuda_graphs._released_mid_recording == [([features], graph)]
+    assert features.numel() == 0 and cuda_graphs._released_mid_recording == []  # freed as it ended
+
+
 def _chain(weight):
     def run(x):
         for _ in range(30):  # small-M products, the shape cuBLAS splits over K through its workspace
