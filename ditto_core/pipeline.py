@@ -124,8 +124,8 @@ class DittoPipeline:
         self.motion_ahead = motion_ahead
         # What the LMDM samplers record (lmdm_sampler.GRAPH_SPANS). "step" for a process that
         # samples one clip's few dozen windows and ends (the CLI): recording the prologue and one
-        # step costs a fifth of recording the whole window, which replays less than a
-        # millisecond faster (docs/PERFORMANCE.md). Processes that live on keep whole windows.
+        # step costs a fraction of recording the whole window, which replays only slightly
+        # faster (docs/PERFORMANCE.md has both). Processes that live on keep whole windows.
         self.lmdm_graph_span = lmdm_graph_span
         self.times = StageTimes()
         self.load_times = StageTimes()  # seconds per model group, filled by from_model_dir

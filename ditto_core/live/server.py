@@ -612,8 +612,7 @@ def _out_of_full_collections() -> None:
 
     Its avatars, models, compiled engines and recorded graphs serve until it stops, and they are
     most of the interpreter's objects: a full collection after the warm-up walks every one of them
-    (a large part of a second, docs/LIVE.md) holding the GIL that every stream's worker threads
-    need. None came in a 5-minute stream, but the objects a long-running server keeps would start
+    (docs/LIVE.md has what that costs) holding the GIL that every stream's worker threads need. None came in a 5-minute stream, but the objects a long-running server keeps would start
     one eventually; frozen, these are skipped, and the streams' own are collected as usual.
     """
     frozen = freeze_for_the_process(collect_first=True)
