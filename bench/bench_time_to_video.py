@@ -88,11 +88,10 @@ def _child(args: argparse.Namespace) -> None:
                           "cli": ("foreground", ONE_CLIP_COMPILE_MIN_FRAMES),
                           "aot": ("aot_cached", ONE_CLIP_COMPILE_MIN_FRAMES)}[engine_warmup]
     one_clip = engine_warmup in ("cli", "aot")  # as the CLI's render, which exits after its clip
-    step_span = "-stepgraph" in suffixes if not one_clip else "-windowgraph" not in suffixes
     pipeline = DittoPipeline.from_model_dir(args.models, device, dtype, cache_dir=Path(args.cache_root) / "avatars",
                                             detect_face=False, compile=not args.no_compile, warmup=warmup,
                                             compile_min_frames=min_frames, motion_ahead=ahead,
-                                            lmdm_graph_span="step" if step_span else "window")
+                                            lmdm_graph_span="window" if "-windowgraph" in suffixes else "step")
     # The compile thread (background), a cached AOT package's load (aot), the eager path's priming.
     pipeline.start_warmup(prime="off" if "-noprime" in suffixes else "first" if "-prime1" in suffixes else "full")
     if one_clip and "-nofreeze" not in suffixes:
@@ -145,9 +144,8 @@ VARIANT_SUFFIXES = {
     "-nofreeze": "cli / aot: the start-up's objects left to the collector, not frozen once the models are loaded "
                  "(before session 49)",
     "-prime1": "the engine's eager path primed at the first batch's shape only, not a full batch's too",
-    "-stepgraph": "background / foreground: the LMDM window recorded as its prologue and one step, as the CLI does",
-    "-windowgraph": "cli / aot: the LMDM window recorded whole at its first window, not its prologue and one step "
-                    "(before session 50)",
+    "-windowgraph": "the LMDM window recorded whole at its first window, not its prologue and one step "
+                    "(before session 50 for cli / aot, session 51 for background / foreground)",
 }
 
 

@@ -237,11 +237,9 @@ def render_cli(args: argparse.Namespace, stream: TextIO = sys.stderr) -> Path:
         else:
             progress.status(f"loading the models from {args.models}")
         # Clips too short to repay a compile render eagerly. With --aot a cached AOT package renders
-        # any clip compiled at once, and a missing one is built after the MP4 (below). One clip's
-        # few dozen LMDM windows replay a recorded step rather than pay a whole window's recording.
+        # any clip compiled at once, and a missing one is built after the MP4 (below).
         pipeline = settings.build_pipeline(Path(workdir), compile_min_frames=ONE_CLIP_COMPILE_MIN_FRAMES,
-                                           warmup="aot_cached" if args.aot else "foreground",
-                                           lmdm_graph_span="step")
+                                           warmup="aot_cached" if args.aot else "foreground")
         pipeline.start_warmup()  # the eager path primed while the avatar, audio and motion are made
         engine = pipeline.engine()
         if args.process_ends_after:  # its imports and models live until the exit: no collection need walk them

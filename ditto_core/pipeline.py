@@ -107,7 +107,7 @@ class DittoPipeline:
         warmup: str = "foreground",
         compile_min_frames: int = 0,
         motion_ahead: bool = False,
-        lmdm_graph_span: str = "window",
+        lmdm_graph_span: str = "step",
     ) -> None:
         self.models = models
         self.aux = aux
@@ -122,10 +122,10 @@ class DittoPipeline:
         # window. Off by default: on the H200 it did not pay (bench/measurements/2026-12-02-h200-s9:
         # the render slows by what the motion saves, and a new process compiles slower).
         self.motion_ahead = motion_ahead
-        # What the LMDM samplers record (lmdm_sampler.GRAPH_SPANS). "step" for a process that
-        # samples one clip's few dozen windows and ends (the CLI): recording the prologue and one
-        # step costs a fraction of recording the whole window, which replays only slightly
-        # faster (docs/PERFORMANCE.md has both). Processes that live on keep whole windows.
+        # What the LMDM samplers record (lmdm_sampler.GRAPH_SPANS). Recording the prologue and
+        # one step costs a fraction of recording the whole window, which a clip's first window
+        # (the CLI's, a ComfyUI launch's first prompt) waits for, and replays a window only
+        # slightly slower (docs/PERFORMANCE.md has both). The live runtime keeps whole windows.
         self.lmdm_graph_span = lmdm_graph_span
         self.times = StageTimes()
         self.load_times = StageTimes()  # seconds per model group, filled by from_model_dir

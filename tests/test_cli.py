@@ -158,23 +158,6 @@ def test_a_render_that_ends_its_process_freezes_its_start_up_first(inputs, monke
     assert seen["walked"] != exit_fast
 
 
-def test_a_one_clip_render_records_its_lmdm_windows_step_by_step(inputs, monkeypatch, thawed):
-    """The CLI's clip samples a few dozen windows and its process ends: its samplers record the
-    prologue and one step (lmdm_step_graph), which a whole window's recording would outweigh."""
-    from ditto_core.render_request import RenderRequest
-
-    built = {}
-
-    def random(cls, workdir, **kwargs):
-        built.update(kwargs)
-        return _StandInPipeline()
-
-    monkeypatch.setattr(DittoPipeline, "random", classmethod(random))
-    monkeypatch.setattr(RenderRequest, "run", lambda *args, **kwargs: Path(inputs[6]))
-    assert cli.main(inputs + ["--random-weights", "--device", "cpu", "--worker", "off"]) == 0
-    assert built["lmdm_graph_span"] == "step"
-
-
 def test_emotions_by_name_or_number(inputs):
     for index, name in enumerate(EMOTIONS):
         for given in (name, str(index)):

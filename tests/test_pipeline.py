@@ -134,17 +134,17 @@ def test_start_warmup_primes_on_cuda_only_and_refuses_an_unknown_priming(pipelin
         pipeline.start_warmup(prime="sometimes")
 
 
-def test_a_pipeline_and_its_live_runtime_record_whole_lmdm_windows_unless_told(pipeline):
-    """Processes that live on (ComfyUI, a worker, a live runtime) record whole windows, which
-    replay fastest; a pipeline built with lmdm_graph_span="step" (the CLI's one clip) records the
-    prologue and one step (motion/lmdm_step_graph.py)."""
+def test_a_pipeline_records_lmdm_steps_and_its_live_runtime_whole_windows(pipeline):
+    """A pipeline's samplers record the prologue and one step (motion/lmdm_step_graph.py), which a
+    clip's first window waits for; the live runtime, which samples a window every 5 frames of
+    every stream, records whole windows, which replay fastest; a pipeline may be told either."""
     from ditto_core.live import LiveRuntime
     from tests.live_support import RecordingRenderer
 
-    assert pipeline.sampler(3).graph_span == "window"
-    step = DittoPipeline(pipeline.models, pipeline.aux, pipeline.hubert, lmdm_graph_span="step")
-    assert step.sampler(3).graph_span == "step"
-    runtime = LiveRuntime(step, max_streams=1, renderer=RecordingRenderer())
+    assert pipeline.sampler(3).graph_span == "step"
+    whole = DittoPipeline(pipeline.models, pipeline.aux, pipeline.hubert, lmdm_graph_span="window")
+    assert whole.sampler(3).graph_span == "window"
+    runtime = LiveRuntime(pipeline, max_streams=1, renderer=RecordingRenderer())
     try:
         assert runtime.sampler(MotionOptions(steps=3)).graph_span == "window"
     finally:
