@@ -8,7 +8,7 @@
 # 3. the hardening soak's GPU tests under cudaMallocAsync, whose pipelines now record steps;
 # 4. bench_time_to_video under ComfyUI's allocator, the pack's mode (background: the engine
 #    compiled on a thread beside eager clips) with step graphs against whole windows
-#    (background-windowgraph), four new processes each in turn.
+#    (background-windowgraph), three new processes each in turn.
 # Run from the branch: END=570 bash bench/measurements/2026-12-07-h100-s51/call1.sh
 # Carry [".whl", ".carry/shared/data", ".carry/shared/reference/make_checkpoints.py",
 #        ".carry/shared/reference/weights_manifest.json", ".carry/shared/reference/checkpoint_digests_seed0.json"]
@@ -40,7 +40,7 @@ wait $HUB; stamp "hubert" $?
 if [ $ASYNC = 0 ]; then
   timeout $(( $(left) - 10 )) env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync python3 -m bench.bench_time_to_video \
     --models /tmp/models --hubert $H --image $E/portrait.jpg --audio $E/speech_24k_mono.wav --clips example \
-    --warmups background background-windowgraph --repeats 4 --out $O/ttv_comfy_allocator.json > $O/ttv_comfy_allocator.log 2>&1
+    --warmups background background-windowgraph --repeats 3 --out $O/ttv_comfy_allocator.json > $O/ttv_comfy_allocator.log 2>&1
   stamp "ttv" $?; grep -E "^example/" $O/ttv_comfy_allocator.log | cut -c1-420
 fi
 pack
