@@ -9,7 +9,7 @@
 # 4. bench_time_to_video under ComfyUI's allocator, the pack's mode (background: the engine
 #    compiled on a thread beside eager clips) with step graphs against whole windows
 #    (background-windowgraph), three new processes each in turn.
-# Run from the branch: END=570 bash bench/measurements/2026-12-07-h100-s51/call1.sh
+# Run from the branch (END: the seconds it may take; the benchmark needs 200 of them left): END=570 bash bench/measurements/2026-12-07-h100-s51/call1.sh
 # Carry [".whl", ".carry/shared/data", ".carry/shared/reference/make_checkpoints.py",
 #        ".carry/shared/reference/weights_manifest.json", ".carry/shared/reference/checkpoint_digests_seed0.json"]
 set -u
@@ -26,7 +26,8 @@ git log --oneline -1
 python3 -m bench.make_hubert_large --out $H > $O/make_hubert.log 2>&1 &
 HUB=$!
 gpu_tests() {  # name seconds allocator-setting pytest-args...
-  timeout $2 env ${3:+PYTORCH_CUDA_ALLOC_CONF=$3} python3 -m pytest -m gpu -v -n 0 \
+  local limit=$(( $2 < $(left) - 10 ? $2 : $(left) - 10 ))
+  timeout $limit env ${3:+PYTORCH_CUDA_ALLOC_CONF=$3} python3 -m pytest -m gpu -v -n 0 \
     -p no:cacheprovider -p no:randomly --no-header -rfE --tb=short --durations=5 "${@:4}" > $O/$1.log 2>&1
   local rc=$?; stamp "$1" $rc; grep -E "FAILED|ERROR|Aborted|passed|failed" $O/$1.log | cut -c1-200 | tail -6; pack
   return $rc
@@ -37,7 +38,7 @@ ASYNC=$?
 gpu_tests soak_async 150 backend:cudaMallocAsync tests/test_hardening_soak.py
 ASYNC=$(( ASYNC + $? ))
 wait $HUB; stamp "hubert" $?
-if [ $ASYNC = 0 ]; then
+if [ $ASYNC = 0 ] && [ $(left) -gt 200 ]; then
   timeout $(( $(left) - 10 )) env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync python3 -m bench.bench_time_to_video \
     --models /tmp/models --hubert $H --image $E/portrait.jpg --audio $E/speech_24k_mono.wav --clips example \
     --warmups background background-windowgraph --repeats 3 --out $O/ttv_comfy_allocator.json > $O/ttv_comfy_allocator.log 2>&1
