@@ -37,11 +37,13 @@ gpu_tests sampler_async 150 backend:cudaMallocAsync tests/test_lmdm_sampler.py -
 ASYNC=$?
 gpu_tests soak_async 150 backend:cudaMallocAsync tests/test_hardening_soak.py
 ASYNC=$(( ASYNC + $? ))
-wait $HUB; stamp "hubert" $?
 if [ $ASYNC = 0 ] && [ $(left) -gt 200 ]; then
+  wait $HUB; stamp "hubert" $?
   timeout $(( $(left) - 10 )) env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync python3 -m bench.bench_time_to_video \
     --models /tmp/models --hubert $H --image $E/portrait.jpg --audio $E/speech_24k_mono.wav --clips example \
     --warmups background background-windowgraph --repeats 3 --out $O/ttv_comfy_allocator.json > $O/ttv_comfy_allocator.log 2>&1
   stamp "ttv" $?; grep -E "^example/" $O/ttv_comfy_allocator.log | cut -c1-420
+else
+  kill $HUB
 fi
 pack
