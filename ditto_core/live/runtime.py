@@ -258,7 +258,7 @@ class LiveRuntime:
                                  f"sampler settings (steps {in_use}); use one of those steps")
         if key not in self._samplers:
             # Whole windows recorded: a stream samples one every 5 frames, and the LMDM's windows
-            # are a large share of the device at many streams (the CLI's clip records steps).
+            # are a large share of the device at many streams (a pipeline's clips record steps).
             self._samplers[key] = DDIMSampler(
                 self.pipeline.models.lmdm, steps, precision=precision, compile=options.sampler_compile,
                 graph_span="window",
