@@ -4,8 +4,8 @@
 weight 2) over one window. On CUDA it records the whole window (condition encoding plus every
 step) into a CUDA graph on first use and replays it afterwards: the per-window work is a few
 thousand small kernels at batch 1, so launch overhead, not arithmetic, is what graphs remove.
-A process that samples few windows records the prologue and one step instead
-(:mod:`.lmdm_step_graph`), a fraction of the recording.
+A sampler may record the prologue and one step instead (:mod:`.lmdm_step_graph`), a
+fraction of the recording, as every pipeline's do.
 
 :func:`generate_motion` stitches windows into a sequence the way Ditto's offline pipeline
 does: windows start every ``80 - overlap`` frames, each new window is linearly cross-faded
@@ -65,9 +65,9 @@ POSE_DIMS = 202
 """Leading motion channels that are smoothed: scale, the three pose-bin logit sets and t."""
 
 GRAPH_SPANS = ("window", "step")
-"""What a sampler's CUDA graph holds: the whole window (the fastest replay; for processes that
-sample many windows) or its prologue and one step replayed per step (a fraction of the recording;
-for a process that samples few, :mod:`.lmdm_step_graph`)."""
+"""What a sampler's CUDA graph holds: the whole window (the fastest replay; a live runtime's, which
+samples a window every 5 frames of every stream) or its prologue and one step replayed per step (a
+fraction of the recording, which a clip's first window waits for; a pipeline's, :mod:`.lmdm_step_graph`)."""
 
 
 

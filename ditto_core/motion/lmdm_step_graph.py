@@ -8,9 +8,10 @@ one step are recorded. The step reads which step it is from a counter on the dev
 that step's rows and constants, and advances the counter, so one recording serves every step.
 
 A window then costs ``steps + 1`` graph launches and a few gathers a step more than the whole
-window's graph: the trade suits a process that samples a few dozen windows and ends (the CLI's
-clip), not one that samples thousands (a live runtime, a warm worker), which keep the whole-window
-graph. Measured side by side in docs/PERFORMANCE.md.
+window's graph: every pipeline's samplers (the CLI, ComfyUI, a worker) record steps, so that a
+clip's first window does not wait for a whole window's recording; a live runtime, whose windows
+are a large share of the device at many streams, keeps the whole-window graph. Measured side by
+side in docs/PERFORMANCE.md.
 """
 from __future__ import annotations
 
