@@ -292,6 +292,22 @@ def test_under_cuda_malloc_async_aot_packages_are_not_used_and_the_engine_says_w
         "Ditto warp+decode: no AOT package (the cudaMallocAsync allocator cannot replay its CUDA graph)"]
 
 
+@pytest.mark.parametrize("malloc_async", [False, True])
+def test_under_cuda_malloc_async_a_background_compile_waits_for_the_first_clip(monkeypatch, caplog, malloc_async):
+    # There a compile thread's GPU work keeps the LMDM from recording its windows during the first
+    # clip (cuda_graphs.beside_captures): the worker's background compile becomes deferred.
+    monkeypatch.setattr(compilation, "_announced", set())
+    monkeypatch.setattr(warp_decode, "compile_available", lambda device: (True, ""))
+    monkeypatch.setattr(warp_decode, "use_compile_cache", lambda cache_dir=None: None)
+    monkeypatch.setattr(warp_decode, "uses_cuda_malloc_async", lambda device: malloc_async)
+    with caplog.at_level(logging.WARNING, logger=warp_decode.__name__):
+        engine = WarpDecodeEngine(*toy_networks(), batch_size=4, warmup="background")
+        WarpDecodeEngine(*toy_networks(), batch_size=4, warmup="background")  # announced once
+    expected = "deferred" if malloc_async else "background"
+    assert engine.warmup == engine.stats.warmup == expected
+    assert len(caplog.records) == malloc_async and all("'deferred'" in r.getMessage() for r in caplog.records)
+
+
 def test_cuda_malloc_async_is_read_from_the_allocator_backend_of_cuda_devices(monkeypatch):
     assert not compilation.uses_cuda_malloc_async(torch.device("cpu"))
     monkeypatch.setattr(torch.cuda.memory, "get_allocator_backend", lambda: "cudaMallocAsync")

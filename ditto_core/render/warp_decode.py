@@ -21,7 +21,10 @@ Ways to get the compiled graph (``warmup``):
   batch the GPU, not kernel launches, is the limit) while the clip renders eagerly; batches
   switch to the graph once it is ready. A new process then delivers frames at once instead of
   after the compile, and a clip too short to repay a compile never waits for one.
-  :meth:`WarpDecodeEngine.start_warmup` starts it early (when the models load).
+  :meth:`WarpDecodeEngine.start_warmup` starts it early (when the models load). Under the
+  ``cudaMallocAsync`` allocator it becomes ``"deferred"``: there no CUDA graph may be recorded
+  while another thread's GPU work runs, so the first clip's LMDM windows would run unrecorded
+  beside the compile.
 * ``"deferred"``: as ``"background"``, but the compile starts when a clip has been rendered, not
   before: the first clip of a process renders eagerly with the GPU and the interpreter to itself
   (no compile thread competing for either), and the compile runs while the process waits for its
@@ -191,9 +194,16 @@ class WarpDecodeEngine(nn.Module):
             raise InputError(f"WarpDecodeEngine: batch_size must be >= 0 (0 = automatic), got {batch_size}")
         self.batch_size = batch_size or auto_batch_size(self.device, self.dtype)
         self.first_batch = first_batch
+        ok, why = compile_available(self.device) if compile else (False, "compile is off")
+        if ok and warmup == "background" and uses_cuda_malloc_async(self.device):
+            # There a compile thread's GPU work keeps the LMDM sampler from recording (see
+            # cuda_graphs.beside_captures), so the first clip's windows ran eagerly beside the
+            # compile's interpreter traffic: the clip took several times as long.
+            announce_once(log, "Ditto warp+decode: under the cudaMallocAsync allocator the compile "
+                               "starts after the first clip (warmup 'deferred' instead of 'background')")
+            warmup = "deferred"
         self.warmup = warmup
         self.compile_min_frames = compile_min_frames
-        ok, why = compile_available(self.device) if compile else (False, "compile is off")
         self.stats = EngineStats(compiled=ok, batch_size=self.batch_size, reason_eager=why, warmup=warmup)
         self._step: Optional[Callable[[Tensor, Tensor, Tensor], Tensor]] = None
         self._warmups: dict[tuple[bool, int], _Warmup] = {}  # (one shared volume, batch size) -> its compile

@@ -102,9 +102,10 @@ def run(args: argparse.Namespace) -> int:
     # The socket is taken before the models load: a second worker for it stops at once, and a
     # render arriving meanwhile waits for this one rather than loading the models itself.
     with listening(path, protocol.socket_source(args.socket)) as listener, _scratch(work_folder(path)) as workdir:
-        # A worker serves many clips: the engine compiles once, in the background from the start,
-        # and clips render eagerly until its graph is ready (the render command's own process
-        # compiles only for long clips).
+        # A worker serves many clips: the engine compiles once, in the background from the start
+        # (after the first clip under cudaMallocAsync: see warp_decode's "background"), and clips
+        # render eagerly until its graph is ready (the render command's own process compiles only
+        # for long clips).
         pipeline = settings.build_pipeline(workdir, warmup="background")
         pipeline.start_warmup()
         print(f"worker {path} ready (pid {os.getpid()}); models {settings.models or 'random'}, "
