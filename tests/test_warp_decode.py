@@ -126,6 +126,13 @@ def unfused(warp: nn.Module, decoder: nn.Module, source: SourceInfo, motion: Mot
     return torch.cat(frames)
 
 
+def pretend_compile_is_available(monkeypatch, malloc_async: bool = False) -> None:
+    """The engine's view of a CUDA machine where torch.compile works (no cache folder touched)."""
+    monkeypatch.setattr(warp_decode, "compile_available", lambda device: (True, ""))
+    monkeypatch.setattr(warp_decode, "use_compile_cache", lambda cache_dir=None: None)
+    monkeypatch.setattr(warp_decode, "uses_cuda_malloc_async", lambda device: malloc_async)
+
+
 @pytest.fixture
 def fake_compile(monkeypatch):
     """Make the CPU engine take its compiled path, with ``torch.compile`` replaced by a recorder
@@ -142,9 +149,8 @@ def fake_compile(monkeypatch):
 
         return recorded
 
-    monkeypatch.setattr(warp_decode, "compile_available", lambda device: (True, ""))
+    pretend_compile_is_available(monkeypatch)
     monkeypatch.setattr(torch, "compile", compile_)
-    monkeypatch.setattr(warp_decode, "use_compile_cache", lambda cache_dir=None: None)
     return seen
 
 
@@ -265,9 +271,7 @@ def test_under_cuda_malloc_async_the_compiled_step_runs_without_graph_trees(monk
         modes.append(kwargs["mode"])
         return fn
 
-    monkeypatch.setattr(warp_decode, "compile_available", lambda device: (True, ""))
-    monkeypatch.setattr(warp_decode, "use_compile_cache", lambda cache_dir=None: None)
-    monkeypatch.setattr(warp_decode, "uses_cuda_malloc_async", lambda device: True)
+    pretend_compile_is_available(monkeypatch, malloc_async=True)
     monkeypatch.setattr(torch, "compile", compile_)
     warp, decoder = toy_networks()
     eager = WarpDecodeEngine(warp, decoder, batch_size=4, compile=False)
@@ -282,9 +286,7 @@ def test_under_cuda_malloc_async_the_compiled_step_runs_without_graph_trees(monk
 @pytest.mark.parametrize("warmup", ["aot", "aot_cached"])
 def test_under_cuda_malloc_async_aot_packages_are_not_used_and_the_engine_says_why(monkeypatch, caplog, warmup):
     monkeypatch.setattr(compilation, "_announced", set())
-    monkeypatch.setattr(warp_decode, "compile_available", lambda device: (True, ""))
-    monkeypatch.setattr(warp_decode, "use_compile_cache", lambda cache_dir=None: None)
-    monkeypatch.setattr(warp_decode, "uses_cuda_malloc_async", lambda device: True)
+    pretend_compile_is_available(monkeypatch, malloc_async=True)
     with caplog.at_level(logging.WARNING, logger=warp_decode.__name__):
         engine = WarpDecodeEngine(*toy_networks(), batch_size=4, warmup=warmup)
     assert engine.warmup == engine.stats.warmup == "foreground" and not engine._graph_trees
@@ -297,9 +299,7 @@ def test_under_cuda_malloc_async_a_background_compile_waits_for_the_first_clip(m
     # There a compile thread's GPU work keeps the LMDM from recording its windows during the first
     # clip (cuda_graphs.beside_captures): the worker's background compile becomes deferred.
     monkeypatch.setattr(compilation, "_announced", set())
-    monkeypatch.setattr(warp_decode, "compile_available", lambda device: (True, ""))
-    monkeypatch.setattr(warp_decode, "use_compile_cache", lambda cache_dir=None: None)
-    monkeypatch.setattr(warp_decode, "uses_cuda_malloc_async", lambda device: malloc_async)
+    pretend_compile_is_available(monkeypatch, malloc_async)
     with caplog.at_level(logging.WARNING, logger=warp_decode.__name__):
         engine = WarpDecodeEngine(*toy_networks(), batch_size=4, warmup="background")
         WarpDecodeEngine(*toy_networks(), batch_size=4, warmup="background")  # announced once
@@ -328,8 +328,7 @@ def failing_compile(monkeypatch):
 
         return call
 
-    monkeypatch.setattr(warp_decode, "compile_available", lambda device: (True, ""))
-    monkeypatch.setattr(warp_decode, "use_compile_cache", lambda cache_dir=None: None)
+    pretend_compile_is_available(monkeypatch)
     monkeypatch.setattr(torch, "compile", compile_)
     monkeypatch.setattr(compilation, "_announced", set())
 
@@ -792,9 +791,8 @@ def gated_compile(monkeypatch):
 
         return compiled
 
-    monkeypatch.setattr(warp_decode, "compile_available", lambda device: (True, ""))
+    pretend_compile_is_available(monkeypatch)
     monkeypatch.setattr(torch, "compile", compile_)
-    monkeypatch.setattr(warp_decode, "use_compile_cache", lambda cache_dir=None: None)
     return gate, calls
 
 
