@@ -3,7 +3,7 @@
 # time to video (not measured on one since the step graphs); then, on any machine, session 52's call 2
 # (graph_span_probe.py: ComfyUI's first-prompt path under its cudaMallocAsync, the LMDM recording one step
 # against whole windows, one job per process, alternating) for as long as the call lasts.
-# Run from main: END=280 bash bench/measurements/2026-12-07-s53/call1.sh
+# Run from main: END=280 bash bench/measurements/2026-12-07-h100-s53/call1.sh
 # Carry [".whl", ".carry/shared/data", ".carry/shared/reference/make_checkpoints.py",
 #        ".carry/shared/reference/weights_manifest.json", ".carry/shared/reference/checkpoint_digests_seed0.json"]
 set -u
