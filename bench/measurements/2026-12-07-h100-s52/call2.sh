@@ -3,7 +3,7 @@
 # deferred), the LMDM recording one step (the default) against whole windows: graph_span_probe.py, one
 # job per process, a first-ever run of each, then the two in turn. Call 1's background mode is not the path
 # ComfyUI takes under that allocator (nodes/model_registry.py chooses deferred there).
-# Run from main (ROUNDS picks the rounds; call 2 ran ROUNDS="first 1 2 3" END=280): END=420 bash bench/measurements/2026-12-07-h100-s52/call2.sh
+# Not run in session 52 (no device came); session 53 ran its probes (../2026-12-07-h100-s53/call1.sh). Run from main: END=420 bash bench/measurements/2026-12-07-h100-s52/call2.sh
 # Carry [".whl", ".carry/shared/data", ".carry/shared/reference/make_checkpoints.py",
 #        ".carry/shared/reference/weights_manifest.json", ".carry/shared/reference/checkpoint_digests_seed0.json"]
 set -u
@@ -19,7 +19,7 @@ NEED_HUBERT=1 . bench/measurements/2026-12-04-h200-s19/preamble.sh > /dev/null
 mkdir -p /tmp/models/aux_models && ln -sf $H /tmp/models/aux_models/hubert_streaming_fix_kv.onnx
 export PYTHONPATH=$PWD:$PYTHONPATH
 echo "preamble s $(( $(date +%s) - START ))"
-for round in ${ROUNDS:-first 1 2 3 4}; do
+for round in first 1 2 3 4; do
   for span in step window; do
     [ $(left) -lt 40 ] && break 2
     PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync timeout $(( $(left) - 10 )) python3 $S/graph_span_probe.py $span \
