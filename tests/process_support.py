@@ -1,11 +1,14 @@
 """Real processes for the tests: pids that have exited, temporaries they left, children that
-hold their own temporaries while alive, and scripts run in a fresh interpreter that report JSON."""
+hold their own temporaries while alive, scripts run in a fresh interpreter that report JSON, and
+the output of long-running children read as it comes."""
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 from ditto_core.atomic_files import _HOST
@@ -61,3 +64,43 @@ class LiveTemp:
     def __exit__(self, *exc) -> None:
         self.process.stdin.close()
         self.process.wait(timeout=60)
+
+
+class ChildOutput:
+    """Every line a child writes to its piped text ``stdout``, read on a thread as it comes.
+
+    Why not ``readline()`` up to a marker and then ``communicate()``: ``communicate`` reads the
+    pipe's descriptor, so lines that ``readline`` had already buffered past the marker are lost."""
+
+    def __init__(self, process: subprocess.Popen):
+        self._lines: list[str] = []
+        self._ended = False
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, args=(process.stdout,), daemon=True)
+        self._reader.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            with self._changed:
+                self._lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    def wait_for(self, text: str, timeout: float) -> bool:
+        """Whether a line containing ``text`` came within ``timeout`` s (False once the output ended without it)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not any(text in line for line in self._lines):
+                left = deadline - time.monotonic()
+                if self._ended or left <= 0:
+                    return False
+                self._changed.wait(left)
+            return True
+
+    def text(self, timeout: float = 0) -> str:
+        """What came so far; with ``timeout``, first wait that long for the output to end (EOF)."""
+        self._reader.join(timeout)
+        with self._changed:
+            return "".join(self._lines)

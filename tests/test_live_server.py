@@ -35,6 +35,7 @@ from ditto_core.motion.motion_options import MotionOptions
 from ditto_core.video.fmp4 import NAL_IDR, annexb_units
 from tests.live_support import ProjectionSampler, RecordingRenderer, light_pipeline
 from tests.loopback_http import served
+from tests.process_support import ChildOutput
 from tests.test_conditions import random_source
 
 REPO = Path(__file__).resolve().parents[1]
@@ -884,12 +885,9 @@ def test_standalone_server_starts_serves_and_stops(example_dir):
          "--steps", "25", "10"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )
+    printed = ChildOutput(proc)
     try:
-        lines = [""]
-        deadline = time.monotonic() + 240
-        while "serving" not in lines[-1] and time.monotonic() < deadline and proc.poll() is None:
-            lines.append(proc.stdout.readline())
-        assert "serving" in lines[-1], "".join(lines)
+        assert printed.wait_for("serving", timeout=240), printed.text()
 
         async def probe():
             async with aiohttp.ClientSession() as session:
@@ -908,11 +906,11 @@ def test_standalone_server_starts_serves_and_stops(example_dir):
     finally:
         proc.send_signal(signal.SIGINT)
         try:
-            rest, _ = proc.communicate(timeout=30)
+            proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
             raise
-    output = "".join(lines) + rest
+    output = printed.text(timeout=30)
     assert proc.returncode == 0, output[-3000:]
     assert "Ditto live: ready after a" in output  # the operator sees the warm-up end (logged to stderr)
     # What the start-up and the warm-up made is frozen before streams are served (gc_pauses).
