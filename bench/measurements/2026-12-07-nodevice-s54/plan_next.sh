@@ -11,6 +11,8 @@
 # Carry [".whl", ".carry/shared/data", ".carry/shared/reference/make_checkpoints.py",
 #        ".carry/shared/reference/weights_manifest.json", ".carry/shared/reference/checkpoint_digests_seed0.json",
 #        ".carry/shared/reference/cases"]
+# .carry/shared/reference/cases: only the cases these tests load (warp_network, lmdm_ddim, lmdm_step,
+# stitch_network, keypoint_math .pt): the whole folder beside the wheels is over the 64 MiB a call carries.
 set -u
 START=$(date +%s)
 OUT=$(cd "$OUT" && pwd)
