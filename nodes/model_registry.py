@@ -82,9 +82,10 @@ def _default_builder(handle: ModelHandle) -> PipelineBuilder:
     # Face-detection models are loaded when present but not required here: the no-detector
     # mode needs none, and Register Avatar asks for them when it detects. Under ComfyUI's
     # cudaMallocAsync allocator the compiled step has no CUDA graphs whichever way it is made, so
-    # the first prompt of a process renders eagerly and the compile runs after it ("deferred"):
-    # no prompt of a new ComfyUI waits for a compile (on a GPU too small to run the compile beside
-    # a render, it runs as the first prompt ends).
+    # the first prompt of a process renders eagerly and the compile runs after it, once no prompt
+    # has rendered for a moment ("deferred"): no prompt of a new ComfyUI waits for a compile or
+    # renders beside one that started at its queue's head (on a GPU too small to run the compile
+    # beside a render, it runs as the first prompt ends).
     warmup = "deferred" if uses_cuda_malloc_async(handle.torch_device) else "foreground"
     return lambda: DittoPipeline.from_model_dir(
         handle.model_dir, handle.torch_device, handle.dtype,

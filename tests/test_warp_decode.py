@@ -31,6 +31,7 @@ from ditto_core.models.keypoints import MotionInfo
 from ditto_core.motion.motion_sequence import MotionSequence
 from ditto_core.registration.source_info import SourceInfo
 from ditto_core.render import warp_decode
+from ditto_core.render.render_activity import RenderActivity
 from ditto_core.render.warp_decode import WarpDecodeEngine
 from tests.parity import rel_l2
 
@@ -572,6 +573,7 @@ from ditto_core.models.checkpoints import load_network
 from ditto_core.models.keypoints import MOTION_DIM
 from ditto_core.models.lmdm import LMDM, WINDOW
 from ditto_core.motion.lmdm_sampler import DDIMSampler
+from ditto_core.render.render_activity import RenderActivity
 from ditto_core.render.warp_decode import WarpDecodeEngine
 from tests.parity import rel_l2
 from tests.test_warp_decode import make_motion, make_source
@@ -974,9 +976,10 @@ def test_a_graph_tree_call_takes_the_recording_turn_until_it_replays(fake_compil
         assert fresh.stats.graph_batches == 2  # the compile elsewhere ended: the graph
 
 
-def test_deferred_warmup_compiles_only_once_a_clip_is_rendered(gated_compile):
+def test_deferred_warmup_compiles_only_once_a_clip_is_rendered(gated_compile, monkeypatch):
     """The first clip renders eagerly with no compile started (it has the interpreter and the GPU
     to itself); its end starts the compile, and the next clip switches to the graph once ready."""
+    monkeypatch.setattr(warp_decode, "DEFERRED_QUIET_S", 0.0)  # the quiet spell: the next test's
     gate, calls = gated_compile
     warp, decoder = toy_networks()
     source, motion = make_source(volumes(1)), make_motion(9)
@@ -998,6 +1001,44 @@ def test_deferred_warmup_compiles_only_once_a_clip_is_rendered(gated_compile):
     got = engine.render(source, motion).images
     assert rel_l2(got, expected) < 1e-6 and engine.stats.graph_batches == 2
     assert calls == ["ditto-engine-warmup", threading.current_thread().name, threading.current_thread().name]
+
+
+def test_deferred_compile_waits_until_no_clip_has_rendered_for_the_quiet_spell(gated_compile, monkeypatch):
+    """Clips queued back to back render eagerly and alone: the compile starts only once the engine
+    has rendered nothing for DEFERRED_QUIET_S, counted again from the end of each clip."""
+    monkeypatch.setattr(warp_decode, "DEFERRED_QUIET_S", 0.5)
+    gate, calls = gated_compile
+    gate.set()  # a compile, once started, is done at once
+    started = []
+    warm_up = WarpDecodeEngine._warm_up
+    monkeypatch.setattr(WarpDecodeEngine, "_warm_up", lambda self, *a: started.append(time.monotonic())
+                        or warm_up(self, *a))
+    warp, decoder = toy_networks()
+    source, motion = make_source(volumes(1)), make_motion(9)
+    expected = unfused(warp, decoder, source, motion)
+    engine = WarpDecodeEngine(warp, decoder, batch_size=4, first_batch=2, warmup="deferred")
+    begins = []
+    for _ in range(3):  # the next clip comes at once each time, as in a worker's queue
+        begins.append(time.monotonic())
+        assert rel_l2(engine.render(source, motion).images, expected) < 1e-6
+    assert list(engine._warmups) == [(True, 4)]  # asked for at the first clip's end
+    assert engine._warmups[(True, 4)].ready.wait(timeout=30)
+    assert len(started) == 1 and started[0] >= begins[-1] + 0.5  # after the last clip, not beside one
+    assert engine.stats.graph_batches == 0 and "ditto-engine-warmup" in calls
+    assert rel_l2(engine.render(source, motion).images, expected) < 1e-6 and engine.stats.graph_batches == 2
+
+
+def test_render_activity_waits_for_a_render_that_outlasts_the_quiet_spell():
+    activity = RenderActivity(quiet_s=0.05)
+    quiet = threading.Event()
+    with activity.rendering():
+        waiter = threading.Thread(target=lambda: activity.wait_for_quiet() or quiet.set())
+        waiter.start()
+        assert not quiet.wait(0.3)  # six spells long, but a render runs
+        ending = time.monotonic()
+    assert quiet.wait(10)
+    assert time.monotonic() - ending >= 0.05  # a spell counted from the render's end
+    waiter.join(10)
 
 
 def test_a_short_last_stretch_renders_eagerly_in_first_batch_pieces(gated_compile):

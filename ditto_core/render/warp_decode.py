@@ -28,8 +28,10 @@ Ways to get the compiled graph (``warmup``):
 * ``"deferred"``: as ``"background"``, but the compile starts when a clip has been rendered, not
   before: the first clip of a process renders eagerly with the GPU and the interpreter to itself
   (no compile thread competing for either), and the compile runs while the process waits for its
-  next clip (ComfyUI between prompts), whose batches switch to the graph once it is ready. Where
-  VRAM cannot hold a compile's batch beside a render, it runs as the first clip ends instead.
+  next clip (ComfyUI between prompts), whose batches switch to the graph once it is ready. It
+  starts only once no clip has rendered for ``DEFERRED_QUIET_S`` (:mod:`.render_activity`): clips
+  queued back to back render eagerly instead of beside it. Where VRAM cannot hold a compile's
+  batch beside a render, it runs as the first clip ends instead.
 * ``"aot"``: the graph comes from an AOTInductor package in the user cache
   (:mod:`.aot_package`), built on first need (the caller waiting) and loaded in milliseconds by
   every later process; on CUDA it is replayed from a CUDA graph. ``"aot_cached"`` uses a package
@@ -70,6 +72,7 @@ from ..progress import ProgressCallback, report
 from ..user_cache import user_cache_dir
 from ..registration.source_info import SourceInfo
 from .aot_package import PackagedStep, load_step, warp_decode_step
+from .render_activity import RenderActivity
 from .rendered_frames import RenderedFrames
 
 log = logging.getLogger(__name__)
@@ -84,6 +87,9 @@ _BYTES_PER_FRAME = {torch.float32: 620 << 20, torch.float16: 310 << 20, torch.bf
 MAX_BATCH = 32
 WARMUP_MODES = ("foreground", "background", "deferred", "aot", "aot_cached")
 _THREAD_WARMUPS = ("background", "deferred")  # the modes whose compile runs in a thread of its own
+# "deferred": how long no clip may have rendered before the compile starts. Longer than the gap
+# between clips queued back to back (the next job's audio features and motion: tenths of a second).
+DEFERRED_QUIET_S = 2.0
 # Ditto's feature volume per source frame: (channels, depth, height, width).
 VOLUME_SHAPE = (32, 16, 64, 64)
 # The decoder's output side is this multiple of the feature volume's side (64 -> 512).
@@ -208,6 +214,7 @@ class WarpDecodeEngine(nn.Module):
         self._step: Optional[Callable[[Tensor, Tensor, Tensor], Tensor]] = None
         self._warmups: dict[tuple[bool, int], _Warmup] = {}  # (one shared volume, batch size) -> its compile
         self._prime = Priming("warp+decode")  # see prime()
+        self._activity = RenderActivity(DEFERRED_QUIET_S)  # when clips render: "deferred" waits for a pause
         self._tree_calls = GraphTreeCalls()  # which compiled calls may record (graph trees)
         self.aot_cache = aot_cache or PackageCache()
         self._packages: dict[tuple[int, tuple[int, ...]], Optional[PackagedStep]] = {}  # (batch, f_s shape) ->
@@ -378,6 +385,8 @@ class WarpDecodeEngine(nn.Module):
         self._prime.wait()
 
     def _warm_up_in_background(self, warm: _Warmup, shared_volume: bool, volume_shape: tuple[int, ...]) -> None:
+        if self.warmup == "deferred":
+            self._activity.wait_for_quiet()
         with background_gpu_work():
             self._warm_up(warm, shared_volume, volume_shape)
 
@@ -534,44 +543,45 @@ class WarpDecodeEngine(nn.Module):
         f_s = source.f_s.to(self.device, self.dtype)
         shared_volume = len(source) == 1
         start = 0
-        while start < total:
-            # Decided per attempt: after an out-of-VRAM retry the batch may be no larger than the ramp.
-            graph = self._graph_ready(shared_volume=shared_volume, volume_shape=tuple(f_s.shape[1:]), frames=total)
-            pieces = 0 < self.first_batch < self.batch_size
-            first = start == 0 and self.stats.compiled and pieces
-            # A last stretch of at most half a batch is rendered eagerly, first-batch-sized piece
-            # by piece: the graph would compute a whole batch for it, and the encoder gets the
-            # clip's last frames piece by piece instead of all at once after the last batch.
-            tail = graph and not first and self.stats.compiled and pieces and total - start <= self.batch_size // 2
-            # An eager clip's last stretch, shorter than a batch, goes in such pieces too. Each
-            # piece is padded to the first batch's size: an eager batch only ever has the two sizes
-            # the priming ran, since a new size costs its first call cuDNN's plans and our mask
-            # conv's tuning (docs/PERFORMANCE.md, session 29).
-            short = not graph and pieces and total - start < self.batch_size
-            piece = first or tail or short
-            rows = slice(start, min(start + (self.first_batch if piece else self.batch_size), total))
-            motion.wait_rows(rows.stop)  # motion may still be being generated (rows read only from here on)
-            index = None if shared_volume else motion.source_index[rows].to(self.device)
-            try:
-                images = self._render(
-                    f_s, motion.kp_source[rows].to(self.device, torch.float32),
-                    motion.kp_driving[rows].to(self.device, torch.float32), index, eager=first or tail or not graph,
-                    eager_size=self.first_batch if piece else 0,
-                )
-            except torch.cuda.OutOfMemoryError as error:
-                if self.batch_size == 1:
-                    raise DittoError(
-                        "Ditto warp+decode ran out of GPU memory rendering a single frame; free VRAM "
-                        "(unload other models) or render in fp16/bf16"
-                    ) from error
-                # The traceback pins the failed batch's tensors: free them outside this block.
-                images = None
-            if images is None:
-                self._shrink_batch()
-                continue
-            yield start, images
-            start = rows.stop
-            report(progress, start, total)
+        with self._activity.rendering():  # ends when the clip does, or the caller drops it
+            while start < total:
+                # Decided per attempt: after an out-of-VRAM retry the batch may be no larger than the ramp.
+                graph = self._graph_ready(shared_volume=shared_volume, volume_shape=tuple(f_s.shape[1:]), frames=total)
+                pieces = 0 < self.first_batch < self.batch_size
+                first = start == 0 and self.stats.compiled and pieces
+                # A last stretch of at most half a batch is rendered eagerly, first-batch-sized piece
+                # by piece: the graph would compute a whole batch for it, and the encoder gets the
+                # clip's last frames piece by piece instead of all at once after the last batch.
+                tail = graph and not first and self.stats.compiled and pieces and total - start <= self.batch_size // 2
+                # An eager clip's last stretch, shorter than a batch, goes in such pieces too. Each
+                # piece is padded to the first batch's size: an eager batch only ever has the two sizes
+                # the priming ran, since a new size costs its first call cuDNN's plans and our mask
+                # conv's tuning (docs/PERFORMANCE.md, session 29).
+                short = not graph and pieces and total - start < self.batch_size
+                piece = first or tail or short
+                rows = slice(start, min(start + (self.first_batch if piece else self.batch_size), total))
+                motion.wait_rows(rows.stop)  # motion may still be being generated (rows read only from here on)
+                index = None if shared_volume else motion.source_index[rows].to(self.device)
+                try:
+                    images = self._render(
+                        f_s, motion.kp_source[rows].to(self.device, torch.float32),
+                        motion.kp_driving[rows].to(self.device, torch.float32), index, eager=first or tail or not graph,
+                        eager_size=self.first_batch if piece else 0,
+                    )
+                except torch.cuda.OutOfMemoryError as error:
+                    if self.batch_size == 1:
+                        raise DittoError(
+                            "Ditto warp+decode ran out of GPU memory rendering a single frame; free VRAM "
+                            "(unload other models) or render in fp16/bf16"
+                        ) from error
+                    # The traceback pins the failed batch's tensors: free them outside this block.
+                    images = None
+                if images is None:
+                    self._shrink_batch()
+                    continue
+                yield start, images
+                start = rows.stop
+                report(progress, start, total)
         if self.warmup == "deferred":  # the clip is out: compile while the caller waits for the next
             self.start_warmup(shared_volume, tuple(f_s.shape[1:]))
 

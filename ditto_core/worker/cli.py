@@ -103,9 +103,9 @@ def run(args: argparse.Namespace) -> int:
     # render arriving meanwhile waits for this one rather than loading the models itself.
     with listening(path, protocol.socket_source(args.socket)) as listener, _scratch(work_folder(path)) as workdir:
         # A worker serves many clips: the engine compiles once, in the background from the start
-        # (after the first clip under cudaMallocAsync: see warp_decode's "background"), and clips
-        # render eagerly until its graph is ready (the render command's own process compiles only
-        # for long clips).
+        # (under cudaMallocAsync after the first clip, in a pause between clips: see warp_decode's
+        # "background" and "deferred"), and clips render eagerly until its graph is ready (the
+        # render command's own process compiles only for long clips).
         pipeline = settings.build_pipeline(workdir, warmup="background")
         pipeline.start_warmup()
         print(f"worker {path} ready (pid {os.getpid()}); models {settings.models or 'random'}, "
