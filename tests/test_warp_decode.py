@@ -7,6 +7,7 @@ volume, so a frame rendered out of order, from the wrong source or from padding 
 """
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
@@ -1026,6 +1028,26 @@ def test_deferred_compile_waits_until_no_clip_has_rendered_for_the_quiet_spell(g
     assert len(started) == 1 and started[0] >= begins[-1] + 0.5  # after the last clip, not beside one
     assert engine.stats.graph_batches == 0 and "ditto-engine-warmup" in calls
     assert rel_l2(engine.render(source, motion).images, expected) < 1e-6 and engine.stats.graph_batches == 2
+
+
+def test_an_engine_dropped_during_the_quiet_spell_is_freed_and_never_compiled(gated_compile, monkeypatch):
+    """Models unloaded after a clip: the deferred compile's thread, still waiting for its quiet spell,
+    does not keep the engine (and its VRAM) alive, and compiles nothing once the spell is over."""
+    monkeypatch.setattr(warp_decode, "DEFERRED_QUIET_S", 0.3)
+    gate, calls = gated_compile
+    gate.set()
+    warp, decoder = toy_networks()
+    source, motion = make_source(volumes(1)), make_motion(9)
+    engine = WarpDecodeEngine(warp, decoder, batch_size=4, first_batch=2, warmup="deferred")
+    before = set(threading.enumerate())
+    engine.render(source, motion)
+    (waiting,) = [t for t in set(threading.enumerate()) - before if t.name == "ditto-engine-warmup"]
+    dropped = weakref.ref(engine)
+    del engine
+    gc.collect()
+    assert dropped() is None and waiting.is_alive()
+    waiting.join(10)
+    assert not waiting.is_alive() and "ditto-engine-warmup" not in calls
 
 
 def test_render_activity_waits_for_a_render_that_outlasts_the_quiet_spell():

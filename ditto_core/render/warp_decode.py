@@ -52,6 +52,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -354,7 +355,9 @@ class WarpDecodeEngine(nn.Module):
             return
         warm = self._warmups[key] = _Warmup()
         if self._room_for_two_batches():
-            threading.Thread(target=self._warm_up_in_background, args=(warm, shared_volume, volume_shape),
+            # The thread holds the engine only weakly until its compile starts: an engine dropped
+            # meanwhile (models unloaded during a deferred compile's quiet spell) is freed, not compiled.
+            threading.Thread(target=_warm_up_in_background, args=(weakref.ref(self), warm, shared_volume, volume_shape),
                              daemon=True, name="ditto-engine-warmup").start()
         else:
             self._warm_up(warm, shared_volume, volume_shape)
@@ -383,12 +386,6 @@ class WarpDecodeEngine(nn.Module):
     def _primed(self) -> None:
         """Wait for :meth:`prime`'s run, if one was started."""
         self._prime.wait()
-
-    def _warm_up_in_background(self, warm: _Warmup, shared_volume: bool, volume_shape: tuple[int, ...]) -> None:
-        if self.warmup == "deferred":
-            self._activity.wait_for_quiet()
-        with background_gpu_work():
-            self._warm_up(warm, shared_volume, volume_shape)
 
     def _room_for_two_batches(self) -> bool:
         if self.device.type != "cuda":
@@ -621,6 +618,22 @@ class WarpDecodeEngine(nn.Module):
             use_triton_kernels_(self.decoder, False)
             self.stats.triton_kernels, self.stats.reason_pytorch = 0, why
         _announce_eager(why)
+
+
+def _warm_up_in_background(
+    engine_ref: "weakref.ref[WarpDecodeEngine]", warm: _Warmup, shared_volume: bool, volume_shape: tuple[int, ...]
+) -> None:
+    """A background compile's thread: ``"deferred"`` first waits for the engine's renders to pause."""
+    engine = engine_ref()
+    if engine is not None and engine.warmup == "deferred":
+        activity = engine._activity
+        del engine  # not held while it waits
+        activity.wait_for_quiet()
+        engine = engine_ref()
+    if engine is None:
+        return
+    with background_gpu_work():
+        engine._warm_up(warm, shared_volume, volume_shape)
 
 
 def _common_placement(warp_network: nn.Module, decoder: nn.Module) -> tuple[torch.device, torch.dtype]:
