@@ -342,7 +342,9 @@ class DittoPipeline:
             for frames in self.iter_frames(source, motion, progress):
                 writer.write(frames)
             self.times.record("render", start, self.device)  # every frame handed to the encoder
-            # Of which held back by the encoders, and how long they waited for the GPU (see VideoWriter).
+            # Of which waiting for the eager path's priming run, held back by the encoders, and how long
+            # they waited for the GPU (see VideoWriter).
+            self.times.seconds["render_waited_for_priming"] = self.engine().stats.waited_for_priming_s
             self.times.seconds["render_waited_for_encoders"] = writer.waited_for_encoders
             self.times.seconds["render_encoders_waited_for_gpu"] = writer.encoders_waited_for_gpu
             finalize = time.perf_counter()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from typing import Callable, Iterator, Optional
 
 import torch
@@ -64,6 +65,10 @@ class Priming:
         self._thread = threading.Thread(target=run, daemon=True, name=f"ditto-prime-{self.what}")
         self._thread.start()
 
-    def wait(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
+    def wait(self) -> float:
+        """Block until the run has ended; the seconds this call waited (0 when none was started)."""
+        if self._thread is None:
+            return 0.0
+        start = time.perf_counter()
+        self._thread.join()
+        return time.perf_counter() - start

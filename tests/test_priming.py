@@ -20,17 +20,19 @@ def test_priming_runs_once_on_its_own_thread_and_wait_blocks_until_it_ends():
 
     prime = Priming("toy")
     assert not prime.started
-    prime.wait()  # nothing started: returns at once
+    assert prime.wait() == 0.0  # nothing started: returns at once
     prime.start(work, torch.device("cpu"))
     prime.start(work, torch.device("cpu"))  # once per object
     assert prime.started and prime._thread.is_alive()
-    waiter = threading.Thread(target=prime.wait)
+    waited = []
+    waiter = threading.Thread(target=lambda: waited.append(prime.wait()))
     waiter.start()
     waiter.join(0.2)
     assert waiter.is_alive()  # still waiting for the gated run
     gate.set()
     waiter.join(10)
     assert not waiter.is_alive() and ran == ["ditto-prime-toy"]
+    assert waited[0] >= 0.2 > prime.wait()  # the seconds each call was held: the run is over now
 
 
 def test_a_failed_priming_is_logged_not_raised(caplog):

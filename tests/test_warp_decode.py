@@ -1050,6 +1050,20 @@ def test_an_engine_dropped_during_the_quiet_spell_is_freed_and_never_compiled(ga
     assert not waiting.is_alive() and "ditto-engine-warmup" not in calls
 
 
+def test_a_clip_records_how_long_its_render_waited_for_the_priming_run():
+    warp, decoder = toy_networks()
+    source, motion = make_source(volumes(1)), make_motion(5)
+    engine = WarpDecodeEngine(warp, decoder, batch_size=4, first_batch=2, compile=False)
+    gate = threading.Event()
+    engine._prime.start(lambda: gate.wait(10), torch.device("cpu"))  # prime() itself runs on CUDA only
+    opener = threading.Timer(0.3, gate.set)
+    opener.start()
+    engine.render(source, motion)
+    assert engine.stats.waited_for_priming_s >= 0.25
+    engine.render(source, motion)
+    assert engine.stats.waited_for_priming_s < 0.25  # the run ended before this clip
+
+
 def test_render_activity_waits_for_a_render_that_outlasts_the_quiet_spell():
     activity = RenderActivity(quiet_s=0.05)
     quiet = threading.Event()

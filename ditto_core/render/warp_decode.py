@@ -144,6 +144,7 @@ class EngineStats:
     graph_batches: int = 0  # batches rendered through the graph
     aot_seconds: Optional[float] = None  # "aot" modes: the first package found and loaded (or built) in
     aot_built: bool = False  # whether this engine built a package (none was cached)
+    waited_for_priming_s: float = 0.0  # how long the last clip's render waited for prime()'s run
 
 
 @dataclass
@@ -383,9 +384,9 @@ class WarpDecodeEngine(nn.Module):
             kp = torch.zeros(size, NUM_KP, 3, device=self.device)
             self._forward(*self._arguments(f_s, kp, kp, None, size))
 
-    def _primed(self) -> None:
-        """Wait for :meth:`prime`'s run, if one was started."""
-        self._prime.wait()
+    def _primed(self) -> float:
+        """Wait for :meth:`prime`'s run, if one was started; the seconds waited."""
+        return self._prime.wait()
 
     def _room_for_two_batches(self) -> bool:
         if self.device.type != "cuda":
@@ -535,7 +536,7 @@ class WarpDecodeEngine(nn.Module):
         stops rendering. Out of VRAM, the batch size is halved and the batch retried.
         """
         _check_motion(source, motion)
-        self._primed()
+        self.stats.waited_for_priming_s = self._primed()
         total = len(motion)
         f_s = source.f_s.to(self.device, self.dtype)
         shared_volume = len(source) == 1
