@@ -19,9 +19,10 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
-import time
 from functools import lru_cache
 from typing import Callable, Optional
+
+from .quiet_spells import QuietSpells
 
 __all__ = ["IDLE_SECONDS", "VideoSpan", "trim_host_heap", "video_in_making", "video_started"]
 
@@ -49,51 +50,38 @@ def trim_host_heap() -> bool:
 
 
 class _IdleTrim:
-    """The process's videos in the making and its one pending trim.
-
-    ``_making``: videos started and not ended; ``_due``: when the pending trim may run
-    (monotonic seconds), None when none is pending. The thread that waits for it lives only
-    while one is pending.
-    """
+    """The process's videos in the making (:class:`~ditto_core.quiet_spells.QuietSpells`) and its
+    one pending trim, whose thread lives only while it is pending."""
 
     def __init__(self, trim: Callable[[], object] = trim_host_heap) -> None:
         self._trim = trim
-        self._changed = threading.Condition()
-        self._making = 0
-        self._due: Optional[float] = None
-        self._thread: Optional[threading.Thread] = None
+        self._videos = QuietSpells(IDLE_SECONDS)
+        self._lock = threading.Lock()
+        self._pending = False  # a thread waits for the quiet spell to trim
 
     def started(self) -> None:
-        with self._changed:
-            self._making += 1
+        self._videos.started()
 
     def making(self) -> bool:
-        with self._changed:
-            return self._making > 0
+        return self._videos.active() > 0
 
     def ended(self) -> None:
-        with self._changed:
-            self._making -= 1
-            if self._making or _malloc_trim() is None:
+        self._videos.ended()
+        if self._videos.active() or _malloc_trim() is None:
+            return
+        with self._lock:
+            if self._pending:  # its wait now counts from this end
                 return
-            self._due = time.monotonic() + IDLE_SECONDS
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._wait_then_trim, name="ditto-heap-trim", daemon=True)
-                self._thread.start()
-            self._changed.notify_all()
+            self._pending = True
+        threading.Thread(target=self._wait_then_trim, name="ditto-heap-trim", daemon=True).start()
 
     def _wait_then_trim(self) -> None:
-        with self._changed:
-            while True:
-                if self._making:  # a video began: its end sets a new due time
-                    self._changed.wait()
-                    continue
-                left = self._due - time.monotonic()
-                if left <= 0:
-                    self._due, self._thread = None, None
-                    break
-                self._changed.wait(left)
+        self._videos.wait_for_quiet(then=self._no_longer_pending)  # a later end starts a thread of its own
         self._trim()
+
+    def _no_longer_pending(self) -> None:
+        with self._lock:
+            self._pending = False
 
 
 _IDLE_TRIM = _IdleTrim()

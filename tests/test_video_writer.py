@@ -256,12 +256,12 @@ def test_leaving_a_writer_leaves_the_trim_to_the_idle_thread(tmp_path, idle_trim
 
     with VideoWriter(tmp_path / "ok.mp4", width=64, height=64, fps=25, preset="ultrafast") as writer:
         writer.write(torch.zeros(2, 64, 64, 3, dtype=torch.uint8))
-        assert host_memory._IDLE_TRIM._making == 1
+        assert host_memory._IDLE_TRIM._videos.active() == 1
     with pytest.raises(RuntimeError):
         with VideoWriter(tmp_path / "failed.mp4", width=64, height=64, fps=25):
             raise RuntimeError("render failed")
     left = time.monotonic()
-    assert host_memory._IDLE_TRIM._making == 0 and idle_trims == []  # not on the caller's way out
+    assert host_memory._IDLE_TRIM._videos.active() == 0 and idle_trims == []  # not on the caller's way out
     wait_until(lambda: idle_trims, 5.0)
     assert len(idle_trims) == 1 and idle_trims[0][0] == "ditto-heap-trim" and idle_trims[0][1] - left >= 0.25
     assert (tmp_path / "ok.mp4").exists() and not (tmp_path / "failed.mp4").exists()

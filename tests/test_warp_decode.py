@@ -31,9 +31,9 @@ from ditto_core.models.checkpoints import load_network
 from ditto_core.models.depth_tap_conv import DepthTapConv3d
 from ditto_core.models.keypoints import MotionInfo
 from ditto_core.motion.motion_sequence import MotionSequence
+from ditto_core.quiet_spells import QuietSpells
 from ditto_core.registration.source_info import SourceInfo
 from ditto_core.render import warp_decode
-from ditto_core.render.render_activity import RenderActivity
 from ditto_core.render.warp_decode import WarpDecodeEngine
 from tests.parity import rel_l2
 
@@ -575,7 +575,6 @@ from ditto_core.models.checkpoints import load_network
 from ditto_core.models.keypoints import MOTION_DIM
 from ditto_core.models.lmdm import LMDM, WINDOW
 from ditto_core.motion.lmdm_sampler import DDIMSampler
-from ditto_core.render.render_activity import RenderActivity
 from ditto_core.render.warp_decode import WarpDecodeEngine
 from tests.parity import rel_l2
 from tests.test_warp_decode import make_motion, make_source
@@ -1042,8 +1041,8 @@ def test_an_engine_dropped_during_the_quiet_spell_is_freed_and_never_compiled(ga
     before = set(threading.enumerate())
     engine.render(source, motion)
     (waiting,) = [t for t in set(threading.enumerate()) - before if t.name == "ditto-engine-warmup"]
-    dropped, activity = weakref.ref(engine), engine._activity
-    with activity.rendering():  # holds the spell open, however slowly this machine runs
+    dropped, renders = weakref.ref(engine), engine._renders
+    with renders.span():  # holds the spell open, however slowly this machine runs
         del engine
         gc.collect()
         assert dropped() is None and waiting.is_alive()
@@ -1065,11 +1064,11 @@ def test_a_clip_records_how_long_its_render_waited_for_the_priming_run():
     assert engine.stats.waited_for_priming_s < 0.2  # the run ended before this clip
 
 
-def test_render_activity_waits_for_a_render_that_outlasts_the_quiet_spell():
-    activity = RenderActivity(quiet_s=0.05)
+def test_a_quiet_spell_waits_for_a_render_that_outlasts_it():
+    renders = QuietSpells(quiet_s=0.05)
     quiet = threading.Event()
-    with activity.rendering():
-        waiter = threading.Thread(target=lambda: activity.wait_for_quiet() or quiet.set())
+    with renders.span():
+        waiter = threading.Thread(target=lambda: renders.wait_for_quiet() or quiet.set())
         waiter.start()
         assert not quiet.wait(0.3)  # six spells long, but a render runs
         ending = time.monotonic()

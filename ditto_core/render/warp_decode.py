@@ -29,7 +29,7 @@ Ways to get the compiled graph (``warmup``):
   before: the first clip of a process renders eagerly with the GPU and the interpreter to itself
   (no compile thread competing for either), and the compile runs while the process waits for its
   next clip (ComfyUI between prompts), whose batches switch to the graph once it is ready. It
-  starts only once no clip has rendered for ``DEFERRED_QUIET_S`` (:mod:`.render_activity`): clips
+  starts only once no clip has rendered for ``DEFERRED_QUIET_S`` (:mod:`~ditto_core.quiet_spells`): clips
   queued back to back render eagerly instead of beside it. Where VRAM cannot hold a compile's
   batch beside a render, it runs as the first clip ends instead.
 * ``"aot"``: the graph comes from an AOTInductor package in the user cache
@@ -69,11 +69,11 @@ from ..models.keypoints import NUM_KP
 from ..models.triton_kernels import register_triton_operators, triton_kernels_supported, use_triton_kernels_
 from ..motion.motion_sequence import MotionSequence
 from ..priming import Priming, background_gpu_work
+from ..quiet_spells import QuietSpells
 from ..progress import ProgressCallback, report
 from ..user_cache import user_cache_dir
 from ..registration.source_info import SourceInfo
 from .aot_package import PackagedStep, load_step, warp_decode_step
-from .render_activity import RenderActivity
 from .rendered_frames import RenderedFrames
 
 log = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ class WarpDecodeEngine(nn.Module):
         self._step: Optional[Callable[[Tensor, Tensor, Tensor], Tensor]] = None
         self._warmups: dict[tuple[bool, int], _Warmup] = {}  # (one shared volume, batch size) -> its compile
         self._prime = Priming("warp+decode")  # see prime()
-        self._activity = RenderActivity(DEFERRED_QUIET_S)  # when clips render: "deferred" waits for a pause
+        self._renders = QuietSpells(DEFERRED_QUIET_S)  # the clips rendering: "deferred" waits for a pause
         self._tree_calls = GraphTreeCalls()  # which compiled calls may record (graph trees)
         self.aot_cache = aot_cache or PackageCache()
         self._packages: dict[tuple[int, tuple[int, ...]], Optional[PackagedStep]] = {}  # (batch, f_s shape) ->
@@ -358,7 +358,9 @@ class WarpDecodeEngine(nn.Module):
         if self._room_for_two_batches():
             # The thread holds the engine only weakly until its compile starts: an engine dropped
             # meanwhile (models unloaded during a deferred compile's quiet spell) is freed, not compiled.
-            threading.Thread(target=_warm_up_in_background, args=(weakref.ref(self), warm, shared_volume, volume_shape),
+            quiet = self._renders if self.warmup == "deferred" else None
+            threading.Thread(target=_warm_up_in_background,
+                             args=(weakref.ref(self), quiet, warm, shared_volume, volume_shape),
                              daemon=True, name="ditto-engine-warmup").start()
         else:
             self._warm_up(warm, shared_volume, volume_shape)
@@ -541,7 +543,7 @@ class WarpDecodeEngine(nn.Module):
         f_s = source.f_s.to(self.device, self.dtype)
         shared_volume = len(source) == 1
         start = 0
-        with self._activity.rendering():  # ends when the clip does, or the caller drops it
+        with self._renders.span():  # ends when the clip does, or the caller drops it
             while start < total:
                 # Decided per attempt: after an out-of-VRAM retry the batch may be no larger than the ramp.
                 graph = self._graph_ready(shared_volume=shared_volume, volume_shape=tuple(f_s.shape[1:]), frames=total)
@@ -622,16 +624,15 @@ class WarpDecodeEngine(nn.Module):
 
 
 def _warm_up_in_background(
-    engine_ref: "weakref.ref[WarpDecodeEngine]", warm: _Warmup, shared_volume: bool, volume_shape: tuple[int, ...]
+    engine_ref: "weakref.ref[WarpDecodeEngine]", quiet: Optional[QuietSpells], warm: _Warmup, shared_volume: bool,
+    volume_shape: tuple[int, ...],
 ) -> None:
-    """A background compile's thread: ``"deferred"`` first waits for the engine's renders to pause."""
+    """A background compile's thread; ``quiet`` (``"deferred"``): the engine's renders, a pause in
+    which it waits for first."""
+    if quiet is not None:
+        quiet.wait_for_quiet()
     engine = engine_ref()
-    if engine is not None and engine.warmup == "deferred":
-        activity = engine._activity
-        del engine  # not held while it waits
-        activity.wait_for_quiet()
-        engine = engine_ref()
-    if engine is None:
+    if engine is None:  # dropped while it waited
         return
     with background_gpu_work():
         engine._warm_up(warm, shared_volume, volume_shape)
