@@ -356,6 +356,12 @@ def test_round_interval_must_be_seconds_up_to_one(pipeline, value):
         LiveRuntime(pipeline, renderer=RecordingRenderer(), round_interval=value)
 
 
+@pytest.mark.parametrize("value", [1, "yes", None])
+def test_one_stream_must_be_true_or_false(pipeline, value):
+    with pytest.raises(InputError, match="one_stream must be True or False"):
+        LiveRuntime(pipeline, renderer=RecordingRenderer(), one_stream=value)
+
+
 def test_the_round_after_a_capped_one_starts_with_the_streams_it_left_out():
     runtime = LiveRuntime.__new__(LiveRuntime)  # only the rotation's state is needed
     runtime._last_sampled = 0

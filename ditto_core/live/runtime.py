@@ -56,6 +56,7 @@ from ..precision import lmdm_precision_for
 from ..registration.source_info import SourceInfo
 from .admission import MAX_LOAD, MAX_STREAMS, DeviceLoad, check_admission, check_max_load, measure_load
 from .engine_renderer import BATCH_LADDER, EngineRenderer
+from .motion_first import MotionFirst
 from .output_frames import H264Encoder, LiveFrame, encode_jpeg
 from .schedule import MotionWindow, OnlineAudio, OnlineMotion
 from .stream_state import H264_OUTPUTS, RenderJob, StreamConfig, StreamState
@@ -150,6 +151,17 @@ class LiveRuntime:
             whatever the cost (a benchmark measuring past what the device sustains). Until a
             second of video has been rendered there is nothing measured: streams opened at once
             on an idle runtime are admitted on ``max_streams`` alone.
+        one_stream: run the motion thread's GPU work (HuBERT windows, LMDM windows, stitching)
+            and the render thread's on one CUDA stream, in the order the threads queue it, so
+            that a round's motion never runs beside a render pass. Beside one, the LMDM window's
+            thousands of small kernels each wait for room among the render's long ones (a window
+            alone 16 ms, beside 20-frame batches 263 ms: docs/LIVE.md); on one stream it waits
+            for the pass in flight, then runs alone. Off (the default): two streams, the motion
+            thread's at a higher priority. Set it between streams, not while they run.
+        motion_first: the render thread starts no warp+decode batch while a round's motion is
+            on the device; it queues its batches one at a time, each after the one before has
+            run, so a round waits for one batch at most (:class:`~.motion_first.MotionFirst`;
+            ``runtime.motion_first.enabled`` switches it between streams). Off by default.
     """
 
     def __init__(
@@ -157,7 +169,8 @@ class LiveRuntime:
         encoder_threads: int = 4, compile: Optional[bool] = None, batch_ladder: tuple[int, ...] = BATCH_LADDER,
         sampler_factory: Optional[Callable[[MotionOptions], DDIMSampler]] = None, stitch_graphs: bool = False,
         round_frames: Optional[int] = None, max_load: Optional[float] = MAX_LOAD,
-        render_frames: Optional[int] = None, round_interval: float = 0.0,
+        render_frames: Optional[int] = None, round_interval: float = 0.0, one_stream: bool = False,
+        motion_first: bool = False,
     ) -> None:
         if not (isinstance(max_streams, int) and max_streams >= 1):
             raise InputError(f"max_streams must be a positive integer, got {max_streams!r}.")
@@ -184,6 +197,11 @@ class LiveRuntime:
         # input/output buffers, so the runtime opens a session of its own from the same file.
         self.hubert = offline if offline.backend == "torch" else HubertFeatureExtractor(offline.model_path, offline.device)
         self.renderer = renderer or EngineRenderer(models, pipeline.compile if compile is None else compile, batch_ladder)
+        if not isinstance(motion_first, bool):
+            raise InputError(f"motion_first must be True or False, got {motion_first!r}.")
+        self.motion_first = MotionFirst(motion_first)
+        if hasattr(self.renderer, "before_batch"):  # the render thread's turn before each batch
+            self.renderer.before_batch = lambda: self.motion_first.before_batch(self._render_stream)
         self._samplers: dict[tuple, DDIMSampler] = {}
         # The sampler settings (_sampler_key) the warm-up recorded, the only ones served after it;
         # None before a warm-up (nothing recorded ahead: a stream's sampler records as it comes).
@@ -195,7 +213,7 @@ class LiveRuntime:
         with torch.inference_mode():
             silent = torch.zeros(self.hubert.window.num_samples)
             self._silence_window = self.hubert.encode_window(silent)  # (5, 1024): every all-zero window's
-        self._motion_stream, self._render_stream = self._worker_streams()
+        self.one_stream = one_stream  # the worker threads' CUDA streams
         self._encoders = ThreadPoolExecutor(encoder_threads, thread_name_prefix="ditto-live-encode")
         self._streams: dict[int, StreamState] = {}
         self._next_id = 1
@@ -215,15 +233,31 @@ class LiveRuntime:
         for thread in self._threads:
             thread.start()
 
-    def _worker_streams(self) -> tuple[Optional[torch.cuda.Stream], Optional[torch.cuda.Stream]]:
+    @property
+    def one_stream(self) -> bool:
+        """Whether the worker threads share one CUDA stream (see the class's ``one_stream``)."""
+        return self._one_stream
+
+    @one_stream.setter
+    def one_stream(self, shared: bool) -> None:
+        if not isinstance(shared, bool):
+            raise InputError(f"one_stream must be True or False, got {shared!r}.")
+        self._one_stream = shared
+        self._motion_stream, self._render_stream = self._worker_streams(shared)
+        if self.hubert_windows.stream is not None:  # its recorded graphs replay on any stream
+            self.hubert_windows.stream = (self._motion_stream if shared
+                                          else torch.cuda.Stream(self.device, priority=MOTION_PRIORITY))
+
+    def _worker_streams(self, shared: bool) -> tuple[Optional[torch.cuda.Stream], Optional[torch.cuda.Stream]]:
         """(motion, render) CUDA streams of the two worker threads; None off CUDA.
 
-        Each thread has a stream of its own: the motion thread's windows (high priority) do not
-        queue behind a round being rendered, and each thread waits only for its own work.
+        Apart, each thread has a stream of its own: the motion thread's windows (high priority)
+        do not queue behind a round being rendered, and each thread waits only for its own work.
         """
         if self.device.type != "cuda":
             return None, None
-        return torch.cuda.Stream(self.device, priority=MOTION_PRIORITY), torch.cuda.Stream(self.device)
+        motion = torch.cuda.Stream(self.device, priority=MOTION_PRIORITY)
+        return (motion, motion) if shared else (motion, torch.cuda.Stream(self.device))
 
     # -- streams ------------------------------------------------------------------------------
 
@@ -480,14 +514,16 @@ class LiveRuntime:
 
     def _motion_loop(self) -> None:
         try:
-            with _on_stream(self._motion_stream), torch.inference_mode():
+            with torch.inference_mode():
                 while True:
                     with self._wake:
                         if self._stopping:
                             return
                         streams = list(self._streams.values())
                     began = time.monotonic()
-                    jobs = self._motion_round(streams)
+                    # The stream per round: one_stream may change between streams.
+                    with _on_stream(self._motion_stream), self.motion_first.motion_round(self._motion_stream) as on_device:
+                        jobs = self._motion_round(streams, on_device)
                     if jobs:
                         self._queue_render(jobs, began)
                         if self.round_interval:  # the next round no sooner than round_interval after this one
@@ -593,7 +629,8 @@ class LiveRuntime:
             times.popleft()
         return arrival
 
-    def _motion_round(self, streams: list[StreamState]) -> list[RenderJob]:
+    def _motion_round(self, streams: list[StreamState], on_device: Callable[[], None]) -> list[RenderJob]:
+        """One round of motion for ``streams``; ``on_device()`` before its first GPU work (:class:`MotionFirst`)."""
         now = time.monotonic()
         windows: list[tuple[StreamState, MotionWindow]] = []
         jobs: list[RenderJob] = []
@@ -606,6 +643,8 @@ class LiveRuntime:
         # Every stream's new HuBERT windows in one batch (one graph replay on CUDA).
         batch = [w for _, ws in speech for w in ws]
         sizes = [len(ws) for _, ws in speech]
+        if batch:
+            on_device()
         features = self.hubert_windows.encode(torch.stack(batch)).split(sizes) if batch else [()] * len(speech)
         due: list[StreamState] = []
         for (state, _), mine in zip(speech, features):
@@ -624,6 +663,7 @@ class LiveRuntime:
                         self._deferred = True  # its conditions are built when a round takes it
                         continue
                     frames += valid
+                    on_device()  # the window's conditions are built on the device
                     windows.append((state, state.motion.next_window()))
                     self._last_sampled = state.id
                 elif state.motion.finished:
@@ -784,7 +824,7 @@ class LiveRuntime:
 
     def _render_loop(self) -> None:
         try:
-            with graph_tree_thread(self.device), _on_stream(self._render_stream), torch.inference_mode():
+            with graph_tree_thread(self.device), torch.inference_mode():
                 while True:
                     with self._render_ready:
                         while not self._render_queue and not self._stopping:
@@ -796,13 +836,15 @@ class LiveRuntime:
                             jobs = self._join_queued(*jobs)
                         self._render_ready.notify_all()
                     if callable(jobs):  # work that must run on this thread (warm_up)
-                        jobs()
+                        with _on_stream(self._render_stream):
+                            jobs()
                     else:
                         jobs, made, joined, began, queued = jobs
-                        for event in made:
-                            torch.cuda.current_stream(self.device).wait_event(event)
                         started = time.monotonic()
-                        frames = self._render_round(jobs)
+                        with _on_stream(self._render_stream):
+                            for event in made:
+                                torch.cuda.current_stream(self.device).wait_event(event)
+                            frames = self._render_round(jobs)
                         ended = time.monotonic()
                         self._rounds.append(RoundTiming(
                             windows=sum(job.motion is not None for job in jobs), frames=frames, joined=joined,
