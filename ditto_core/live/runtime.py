@@ -213,11 +213,11 @@ class LiveRuntime:
         with torch.inference_mode():
             silent = torch.zeros(self.hubert.window.num_samples)
             self._silence_window = self.hubert.encode_window(silent)  # (5, 1024): every all-zero window's
-        self.one_stream = one_stream  # the worker threads' CUDA streams
         self._encoders = ThreadPoolExecutor(encoder_threads, thread_name_prefix="ditto-live-encode")
         self._streams: dict[int, StreamState] = {}
         self._next_id = 1
         self._wake = threading.Condition()
+        self.one_stream = one_stream  # the worker threads' CUDA streams
         self._render_queue: deque = deque()  # (jobs, motion-stream event) or a callable
         self._render_ready = threading.Condition()
         self._stopping = False
@@ -242,11 +242,14 @@ class LiveRuntime:
     def one_stream(self, shared: bool) -> None:
         if not isinstance(shared, bool):
             raise InputError(f"one_stream must be True or False, got {shared!r}.")
-        self._one_stream = shared
-        self._motion_stream, self._render_stream = self._worker_streams(shared)
-        if self.hubert_windows.stream is not None:  # its recorded graphs replay on any stream
-            self.hubert_windows.stream = (self._motion_stream if shared
-                                          else torch.cuda.Stream(self.device, priority=MOTION_PRIORITY))
+        with self._wake:
+            if self._streams:  # their tensors belong to the streams they were made on
+                raise InputError(f"one_stream: set it while no live stream is open ({len(self._streams)} are).")
+            self._one_stream = shared
+            self._motion_stream, self._render_stream = self._worker_streams(shared)
+            if self.hubert_windows.stream is not None:  # its recorded graphs replay on any stream
+                self.hubert_windows.stream = (self._motion_stream if shared
+                                              else torch.cuda.Stream(self.device, priority=MOTION_PRIORITY))
 
     def _worker_streams(self, shared: bool) -> tuple[Optional[torch.cuda.Stream], Optional[torch.cuda.Stream]]:
         """(motion, render) CUDA streams of the two worker threads; None off CUDA.
