@@ -153,11 +153,11 @@ class LiveRuntime:
             on an idle runtime are admitted on ``max_streams`` alone.
         one_stream: run the motion thread's GPU work (HuBERT windows, LMDM windows, stitching)
             and the render thread's on one CUDA stream, in the order the threads queue it, so
-            that a round's motion never runs beside a render pass. Beside one, the LMDM window's
-            thousands of small kernels each wait for room among the render's long ones (a window
-            alone 16 ms, beside 20-frame batches 263 ms: docs/LIVE.md); on one stream it waits
+            that a round's motion never runs beside a render pass: there the LMDM window's
+            thousands of small kernels each wait for room among the render's long ones, and the
+            window takes many times what it takes alone (docs/LIVE.md); on one stream it waits
             for the pass in flight, then runs alone. Off (the default): two streams, the motion
-            thread's at a higher priority. Set it between streams, not while they run.
+            thread's at a higher priority. Set it while no stream is open.
         motion_first: the render thread starts no warp+decode batch while a round's motion is
             on the device; it queues its batches one at a time, each after the one before has
             run, so a round waits for one batch at most (:class:`~.motion_first.MotionFirst`;
@@ -524,8 +524,8 @@ class LiveRuntime:
                             return
                         streams = list(self._streams.values())
                     began = time.monotonic()
-                    # The stream per round: one_stream may change between streams.
-                    with _on_stream(self._motion_stream), self.motion_first.motion_round(self._motion_stream) as on_device:
+                    stream = self._motion_stream  # per round: one_stream may change between streams
+                    with _on_stream(stream), self.motion_first.motion_round(stream) as on_device:
                         jobs = self._motion_round(streams, on_device)
                     if jobs:
                         self._queue_render(jobs, began)
