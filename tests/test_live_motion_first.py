@@ -18,24 +18,27 @@ def pipeline(tmp_path_factory):
     return light_pipeline(tmp_path_factory.mktemp("motion_first"))
 
 
-def _batch_waits(turns: MotionFirst, claim: bool) -> bool:
-    """Whether a render batch started during a motion round (its GPU work claimed or not) waits for its end."""
-    ended = threading.Event()
+def _batch_goes_during_the_round(turns: MotionFirst, claim: bool, patience: float) -> bool:
+    """Whether a render batch started during a motion round (its GPU work claimed or not) got
+    going within ``patience`` seconds, the round still open (the test holds it open: a batch
+    that goes at all meanwhile did not wait for it)."""
+    going = threading.Event()
     with turns.motion_round(None) as on_device:
         if claim:
             on_device()
-        batch = threading.Thread(target=lambda: (turns.before_batch(None), ended.set()))
+        batch = threading.Thread(target=lambda: (turns.before_batch(None), going.set()))
         batch.start()
-        waited = not ended.wait(0.3)
+        went = going.wait(patience)
     batch.join(5)
-    assert ended.is_set()  # whatever it waited for, the batch goes once the round is over
-    return waited
+    assert going.is_set()  # whatever it waited for, the batch goes once the round is over
+    return went
 
 
 def test_a_batch_waits_for_a_round_on_the_device_and_only_then():
-    assert _batch_waits(MotionFirst(enabled=True), claim=True)
-    assert not _batch_waits(MotionFirst(enabled=True), claim=False)  # a round with nothing due holds nothing
-    assert not _batch_waits(MotionFirst(enabled=False), claim=True)
+    assert not _batch_goes_during_the_round(MotionFirst(enabled=True), claim=True, patience=0.3)
+    # A round with nothing due holds nothing; off, nothing waits (generous: a loaded machine's threads start late).
+    assert _batch_goes_during_the_round(MotionFirst(enabled=True), claim=False, patience=5)
+    assert _batch_goes_during_the_round(MotionFirst(enabled=False), claim=True, patience=5)
 
 
 def test_a_round_that_fails_still_lets_the_render_go():
@@ -60,7 +63,7 @@ def test_the_runtime_gives_its_renderer_the_turn_and_can_switch_it(pipeline):
             with runtime.motion_first.motion_round(None) as on_device:
                 on_device()
                 threading.Thread(target=lambda: (renderer.before_batch(), ended.set())).start()
-                assert ended.wait(0.3) is not enabled
+                assert ended.wait(0.3 if enabled else 5) is not enabled  # held while the round is open
             assert ended.wait(5)
     finally:
         runtime.shutdown()
