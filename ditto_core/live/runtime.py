@@ -209,6 +209,8 @@ class LiveRuntime:
         if sampler_factory is not None:
             self.sampler = sampler_factory
         self.hubert_windows = LiveWindowEncoder(self.hubert, priority=MOTION_PRIORITY)
+        # Made once, whatever one_stream says over time: a new stream costs cuBLAS a workspace.
+        self._cuda_streams = self._worker_streams() + (self.hubert_windows.stream,)
         self.stitcher = RoundStitcher(models.stitch_network, self.device, cuda_graphs=stitch_graphs)
         with torch.inference_mode():
             silent = torch.zeros(self.hubert.window.num_samples)
@@ -246,12 +248,12 @@ class LiveRuntime:
             if self._streams:  # their tensors belong to the streams they were made on
                 raise InputError(f"one_stream: set it while no live stream is open ({len(self._streams)} are).")
             self._one_stream = shared
-            self._motion_stream, self._render_stream = self._worker_streams(shared)
-            if self.hubert_windows.stream is not None:  # its recorded graphs replay on any stream
-                self.hubert_windows.stream = (self._motion_stream if shared
-                                              else torch.cuda.Stream(self.device, priority=MOTION_PRIORITY))
+            motion, render, hubert = self._cuda_streams
+            self._motion_stream, self._render_stream = motion, motion if shared else render
+            if hubert is not None:  # its recorded graphs replay on any stream
+                self.hubert_windows.stream = motion if shared else hubert
 
-    def _worker_streams(self, shared: bool) -> tuple[Optional[torch.cuda.Stream], Optional[torch.cuda.Stream]]:
+    def _worker_streams(self) -> tuple[Optional[torch.cuda.Stream], Optional[torch.cuda.Stream]]:
         """(motion, render) CUDA streams of the two worker threads; None off CUDA.
 
         Apart, each thread has a stream of its own: the motion thread's windows (high priority)
@@ -259,8 +261,7 @@ class LiveRuntime:
         """
         if self.device.type != "cuda":
             return None, None
-        motion = torch.cuda.Stream(self.device, priority=MOTION_PRIORITY)
-        return (motion, motion) if shared else (motion, torch.cuda.Stream(self.device))
+        return torch.cuda.Stream(self.device, priority=MOTION_PRIORITY), torch.cuda.Stream(self.device)
 
     # -- streams ------------------------------------------------------------------------------
 
