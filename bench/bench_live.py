@@ -173,19 +173,21 @@ def concurrency(runtime, source, options, config, counts, seconds, round_frames=
     runtime's), each ``render_frames`` (None: rounds never joined), each of the DDIM ``steps``
     the runtime was warmed up for (None: ``options.steps``), each LMDM overlap of the streams
     (None: ``config.overlap``), each ``round_interval`` of the runtime (None: its own), each
-    ``one_stream`` setting of it and each ``motion_first`` (None: its own), side by side; a setting stops at its first N
-    missed unless ``every_level`` (settings meant for a saturated device, compared where they act)."""
-    variants, default, stream = {}, runtime.round_frames, runtime.hubert_windows.stream
+    ``one_stream`` setting of it and each ``motion_first`` (None: its own), side by side; a
+    setting stops at its first N missed unless ``every_level`` (settings meant for a saturated
+    device, compared where they act)."""
+    variants, default = {}, runtime.round_frames
     default_render, default_interval, default_one = runtime.render_frames, runtime.round_interval, runtime.one_stream
     default_first = runtime.motion_first.enabled
     for setting, priority, joined, n_steps, overlap, interval, one, first in itertools.product(
             round_frames, hubert_priorities, render_frames, steps, overlaps, intervals, one_streams, motion_firsts):
         runtime.motion_first.enabled = default_first if first is None else first
         runtime.round_frames = setting or default
-        runtime.one_stream = default_one if one is None else one  # before the HuBERT priority: it sets that stream
+        # Sets the HuBERT windows' stream too, undoing the last variant's priority: before this one's.
+        runtime.one_stream = default_one if one is None else one
         runtime.render_frames = joined
         runtime.round_interval = default_interval if interval is None else interval
-        if priority is not None and stream is not None:  # the recorded graphs replay on any stream
+        if priority is not None and runtime.hubert_windows.stream is not None:  # the graphs replay on any stream
             runtime.hubert_windows.stream = torch.cuda.Stream(runtime.device, priority=priority)
         stream_options = options if n_steps is None else replace(options, steps=n_steps)
         stream_config = config if overlap is None else replace(config, overlap=overlap)
@@ -207,7 +209,6 @@ def concurrency(runtime, source, options, config, counts, seconds, round_frames=
                 break
         ok = [lv["streams"] for lv in levels if lv["realtime_ok"]]
         variants[name] = {"levels": levels, "max_realtime_streams": max(ok) if ok else 0}
-        runtime.hubert_windows.stream = stream
     # the parts after this one: as made
     runtime.round_frames, runtime.render_frames, runtime.round_interval = default, default_render, default_interval
     runtime.one_stream, runtime.motion_first.enabled = default_one, default_first
