@@ -8,14 +8,7 @@
 # Run from main: END=560 bash bench/measurements/2026-12-07-h100-s55/plan_next.sh
 # Carry as bench/measurements/2026-12-07-nodevice-s54/plan_next.sh (the wheels and the trimmed reference cases).
 set -u
-START=$(date +%s)
-OUT=$(cd "$OUT" && pwd)
-END=${END:-560}
-O=/tmp/o1; mkdir -p $O
-left() { echo $((END - $(date +%s) + START)); }
-stamp() { echo "$1 rc $2 s $(( $(date +%s) - START ))"; }
-gpu_pytest() { timeout $1 python3 -m pytest -m gpu -v -n 0 -p no:cacheprovider --no-header -rfE --tb=short "${@:2}"; }
-nvidia-smi --query-gpu=name --format=csv,noheader
+. bench/measurements/device_call.sh
 . bench/measurements/2026-12-04-h200-s19/preamble.sh > /dev/null
 python3 -m bench.make_hubert_large --out $H > $O/make_hubert.log 2>&1 &
 HUBERT_PID=$!

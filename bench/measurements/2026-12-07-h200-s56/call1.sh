@@ -4,14 +4,7 @@
 # test; then, in the time left, the engine's GPU tests after 1e64f17 (native allocator).
 # Run from main: END=560 bash bench/measurements/2026-12-07-h200-s56/call1.sh
 set -u
-START=$(date +%s)
-OUT=$(cd "$OUT" && pwd)
-END=${END:-560}
-O=/tmp/o1; mkdir -p $O
-left() { echo $((END - $(date +%s) + START)); }
-stamp() { echo "$1 rc $2 s $(( $(date +%s) - START ))"; }
-gpu_pytest() { timeout $1 python3 -m pytest -m gpu -v -n 0 -p no:cacheprovider --no-header -rfE --tb=short "${@:2}"; }
-nvidia-smi --query-gpu=name --format=csv,noheader
+. bench/measurements/device_call.sh
 . bench/measurements/2026-12-04-h200-s19/preamble.sh > /dev/null
 python3 -m bench.make_hubert_large --out $H > $O/make_hubert.log 2>&1 &
 HUBERT_PID=$!
