@@ -16,9 +16,7 @@ time in 20 ms chunks. Parts:
 * ``concurrency``: N real-time streams at once (started together, so their speech arrives in
   step) for each N of ``--streams``, each ``--round-frames`` setting, each of ``--steps``, each
   LMDM ``--overlap`` (75: a window every 5 frames; 70: every 10, half the LMDM's work) and each
-  ``--round-interval`` (seconds between motion rounds, at least: more windows an LMDM call) and
-  each ``--one-stream`` setting (the motion and render threads' GPU work on one CUDA stream) and
-  each ``--motion-first`` setting (no render batch starts while a round's motion is on the device):
+  ``--round-interval`` (seconds between motion rounds, at least: more windows an LMDM call):
   p95 chunk latency, frames short of real time, stalls, and the runtime's rounds (frames,
   windows, motion / queue / render times); ``max_realtime_streams`` is the largest N with p95
   <= 200 ms and no drops;
@@ -166,28 +164,22 @@ def profile_stream(runtime, source, options, config, out_dir: Path, streams: int
 
 
 def concurrency(runtime, source, options, config, counts, seconds, round_frames=(None,), hubert_priorities=(None,),
-                render_frames=(None,), every_level=False, steps=(None,), overlaps=(None,), intervals=(None,),
-                one_streams=(None,), motion_firsts=(None,)):
+                render_frames=(None,), every_level=False, steps=(None,), overlaps=(None,), intervals=(None,)):
     """N streams in step for each N of ``counts``, under each ``round_frames`` setting of the
     runtime (None: its default), each CUDA priority of its HuBERT windows' stream (None: the
     runtime's), each ``render_frames`` (None: rounds never joined), each of the DDIM ``steps``
     the runtime was warmed up for (None: ``options.steps``), each LMDM overlap of the streams
-    (None: ``config.overlap``), each ``round_interval`` of the runtime (None: its own), each
-    ``one_stream`` setting of it and each ``motion_first`` (None: its own), side by side; a
-    setting stops at its first N missed unless ``every_level`` (settings meant for a saturated
-    device, compared where they act)."""
-    variants, default = {}, runtime.round_frames
-    default_render, default_interval, default_one = runtime.render_frames, runtime.round_interval, runtime.one_stream
-    default_first = runtime.motion_first.enabled
-    for setting, priority, joined, n_steps, overlap, interval, one, first in itertools.product(
-            round_frames, hubert_priorities, render_frames, steps, overlaps, intervals, one_streams, motion_firsts):
-        runtime.motion_first.enabled = default_first if first is None else first
+    (None: ``config.overlap``) and each ``round_interval`` of the runtime (None: its own), side
+    by side; a setting stops at its first N missed unless ``every_level`` (settings meant for a
+    saturated device, compared where they act)."""
+    variants, default, stream = {}, runtime.round_frames, runtime.hubert_windows.stream
+    default_render, default_interval = runtime.render_frames, runtime.round_interval
+    for setting, priority, joined, n_steps, overlap, interval in itertools.product(
+            round_frames, hubert_priorities, render_frames, steps, overlaps, intervals):
         runtime.round_frames = setting or default
-        # Sets the HuBERT windows' stream too, undoing the last variant's priority: before this one's.
-        runtime.one_stream = default_one if one is None else one
         runtime.render_frames = joined
         runtime.round_interval = default_interval if interval is None else interval
-        if priority is not None and runtime.hubert_windows.stream is not None:  # the graphs replay on any stream
+        if priority is not None and stream is not None:  # the recorded graphs replay on any stream
             runtime.hubert_windows.stream = torch.cuda.Stream(runtime.device, priority=priority)
         stream_options = options if n_steps is None else replace(options, steps=n_steps)
         stream_config = config if overlap is None else replace(config, overlap=overlap)
@@ -195,9 +187,7 @@ def concurrency(runtime, source, options, config, counts, seconds, round_frames=
                 + (f",render_frames={joined}" if joined is not None else "")
                 + (f",steps={n_steps}" if len(steps) > 1 else "")
                 + (f",overlap={overlap}" if len(overlaps) > 1 else "")
-                + (f",round_interval={interval}" if len(intervals) > 1 else "")
-                + (f",one_stream={int(runtime.one_stream)}" if len(one_streams) > 1 else "")
-                + (f",motion_first={int(runtime.motion_first.enabled)}" if len(motion_firsts) > 1 else ""))
+                + (f",round_interval={interval}" if len(intervals) > 1 else ""))
         levels = []
         for n in counts:
             if n > runtime.max_streams:
@@ -209,9 +199,9 @@ def concurrency(runtime, source, options, config, counts, seconds, round_frames=
                 break
         ok = [lv["streams"] for lv in levels if lv["realtime_ok"]]
         variants[name] = {"levels": levels, "max_realtime_streams": max(ok) if ok else 0}
+        runtime.hubert_windows.stream = stream
     # the parts after this one: as made
     runtime.round_frames, runtime.render_frames, runtime.round_interval = default, default_render, default_interval
-    runtime.one_stream, runtime.motion_first.enabled = default_one, default_first
     best = max(v["max_realtime_streams"] for v in variants.values())
     return {"variants": variants, "max_realtime_streams": best, "goal_streams": 12}
 
@@ -364,12 +354,6 @@ def main() -> None:
     parser.add_argument("--round-interval", type=float, nargs="+", default=[None],
                         help="LiveRuntime round_interval settings compared in the concurrency part (seconds between "
                              "motion rounds, at least; e.g. 0 0.1)")
-    parser.add_argument("--one-stream", type=int, nargs="+", choices=(0, 1), default=[None],
-                        help="LiveRuntime one_stream settings compared in the concurrency part (1: the motion and "
-                             "render threads' GPU work on one CUDA stream, never beside each other; e.g. 0 1)")
-    parser.add_argument("--motion-first", type=int, nargs="+", choices=(0, 1), default=[None],
-                        help="LiveRuntime motion_first settings compared in the concurrency part (1: no render "
-                             "batch starts while a round's motion is on the device; e.g. 0 1)")
     parser.add_argument("--every-level", action="store_true",
                         help="run every --streams count of the concurrency part, past the first that misses real time")
     parser.add_argument("--minutes", type=float, default=5.0, help="speech in the long-stream memory part")
@@ -434,9 +418,7 @@ def main() -> None:
             "concurrency": lambda: concurrency(runtime, source, options, config, args.streams, args.seconds,
                                                [r or None for r in args.round_frames], args.hubert_priority,
                                                [r or None for r in args.render_frames], args.every_level,
-                                               args.steps, args.overlap, args.round_interval,
-                                               [None if o is None else bool(o) for o in args.one_stream],
-                                               [None if m is None else bool(m) for m in args.motion_first]),
+                                               args.steps, args.overlap, args.round_interval),
             "long_stream": lambda: long_stream(runtime, source, options, config, args.minutes, progress=partial_long),
         }
 

@@ -356,28 +356,6 @@ def test_round_interval_must_be_seconds_up_to_one(pipeline, value):
         LiveRuntime(pipeline, renderer=RecordingRenderer(), round_interval=value)
 
 
-@pytest.mark.parametrize("value", [1, "yes", None])
-def test_one_stream_must_be_true_or_false(pipeline, value):
-    with pytest.raises(InputError, match="one_stream must be True or False"):
-        LiveRuntime(pipeline, renderer=RecordingRenderer(), one_stream=value)
-
-
-def test_one_stream_is_set_between_streams_only(pipeline):
-    runtime = LiveRuntime(pipeline, renderer=RecordingRenderer())
-    sampler = ProjectionSampler()  # the light pipeline's LMDM has no noise schedule to sample with
-    runtime.sampler = lambda options: sampler
-    try:
-        state = runtime.open_state(random_source(1, is_image=True, seed=3), MotionOptions(), StreamConfig(idle=False),
-                                   deliver=lambda item: None)
-        with pytest.raises(InputError, match="while no live stream is open"):
-            runtime.one_stream = True
-        runtime.close_state(state)
-        runtime.one_stream = True
-        assert runtime.one_stream is True
-    finally:
-        runtime.shutdown()
-
-
 def test_the_round_after_a_capped_one_starts_with_the_streams_it_left_out():
     runtime = LiveRuntime.__new__(LiveRuntime)  # only the rotation's state is needed
     runtime._last_sampled = 0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable, Mapping, Optional
+from typing import Mapping, Optional
 
 import torch
 from torch import Tensor
@@ -56,8 +56,6 @@ class EngineRenderer:
         # Seconds a batch of each ladder size takes, measured at the warm-up of compiled engines
         # on CUDA; None: each batch goes through the smallest size that holds the frames left.
         self.batch_costs: Optional[dict[int, float]] = None
-        # Called before each batch of a round is queued (a live runtime's MotionFirst turn).
-        self.before_batch: Callable[[], None] = lambda: None
 
     def engine(self, frames: int) -> WarpDecodeEngine:
         """The engine for a batch of ``frames``: the smallest compiled size that holds them."""
@@ -128,7 +126,6 @@ class EngineRenderer:
         for size in self.batches(total):
             stop = min(total, start + size)
             rows = volumes if shared else volumes[start:stop]
-            self.before_batch()
             renders.append(self.engine(size).render_batch(rows, kp_s[start:stop], kp_d[start:stop]))
             start = stop
         renders = torch.cat(renders)

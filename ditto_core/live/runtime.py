@@ -56,7 +56,6 @@ from ..precision import lmdm_precision_for
 from ..registration.source_info import SourceInfo
 from .admission import MAX_LOAD, MAX_STREAMS, DeviceLoad, check_admission, check_max_load, measure_load
 from .engine_renderer import BATCH_LADDER, EngineRenderer
-from .motion_first import MotionFirst
 from .output_frames import H264Encoder, LiveFrame, encode_jpeg
 from .schedule import MotionWindow, OnlineAudio, OnlineMotion
 from .stream_state import H264_OUTPUTS, RenderJob, StreamConfig, StreamState
@@ -151,17 +150,6 @@ class LiveRuntime:
             whatever the cost (a benchmark measuring past what the device sustains). Until a
             second of video has been rendered there is nothing measured: streams opened at once
             on an idle runtime are admitted on ``max_streams`` alone.
-        one_stream: run the motion thread's GPU work (HuBERT windows, LMDM windows, stitching)
-            and the render thread's on one CUDA stream, in the order the threads queue it, so
-            that a round's motion never runs beside a render pass: there the LMDM window's
-            thousands of small kernels each wait for room among the render's long ones, and the
-            window takes many times what it takes alone (docs/LIVE.md); on one stream it waits
-            for the pass in flight, then runs alone. Off (the default): two streams, the motion
-            thread's at a higher priority. Set it while no stream is open.
-        motion_first: the render thread starts no warp+decode batch while a round's motion is
-            on the device; it queues its batches one at a time, each after the one before has
-            run, so a round waits for one batch at most (:class:`~.motion_first.MotionFirst`;
-            ``runtime.motion_first.enabled`` switches it between streams). Off by default.
     """
 
     def __init__(
@@ -169,8 +157,7 @@ class LiveRuntime:
         encoder_threads: int = 4, compile: Optional[bool] = None, batch_ladder: tuple[int, ...] = BATCH_LADDER,
         sampler_factory: Optional[Callable[[MotionOptions], DDIMSampler]] = None, stitch_graphs: bool = False,
         round_frames: Optional[int] = None, max_load: Optional[float] = MAX_LOAD,
-        render_frames: Optional[int] = None, round_interval: float = 0.0, one_stream: bool = False,
-        motion_first: bool = False,
+        render_frames: Optional[int] = None, round_interval: float = 0.0,
     ) -> None:
         if not (isinstance(max_streams, int) and max_streams >= 1):
             raise InputError(f"max_streams must be a positive integer, got {max_streams!r}.")
@@ -197,11 +184,6 @@ class LiveRuntime:
         # input/output buffers, so the runtime opens a session of its own from the same file.
         self.hubert = offline if offline.backend == "torch" else HubertFeatureExtractor(offline.model_path, offline.device)
         self.renderer = renderer or EngineRenderer(models, pipeline.compile if compile is None else compile, batch_ladder)
-        if not isinstance(motion_first, bool):
-            raise InputError(f"motion_first must be True or False, got {motion_first!r}.")
-        self.motion_first = MotionFirst(motion_first)
-        if hasattr(self.renderer, "before_batch"):  # the render thread's turn before each batch
-            self.renderer.before_batch = lambda: self.motion_first.before_batch(self._render_stream)
         self._samplers: dict[tuple, DDIMSampler] = {}
         # The sampler settings (_sampler_key) the warm-up recorded, the only ones served after it;
         # None before a warm-up (nothing recorded ahead: a stream's sampler records as it comes).
@@ -209,17 +191,15 @@ class LiveRuntime:
         if sampler_factory is not None:
             self.sampler = sampler_factory
         self.hubert_windows = LiveWindowEncoder(self.hubert, priority=MOTION_PRIORITY)
-        # Made once, whatever one_stream says over time: a new stream costs cuBLAS a workspace.
-        self._cuda_streams = self._worker_streams() + (self.hubert_windows.stream,)
         self.stitcher = RoundStitcher(models.stitch_network, self.device, cuda_graphs=stitch_graphs)
         with torch.inference_mode():
             silent = torch.zeros(self.hubert.window.num_samples)
             self._silence_window = self.hubert.encode_window(silent)  # (5, 1024): every all-zero window's
+        self._motion_stream, self._render_stream = self._worker_streams()
         self._encoders = ThreadPoolExecutor(encoder_threads, thread_name_prefix="ditto-live-encode")
         self._streams: dict[int, StreamState] = {}
         self._next_id = 1
         self._wake = threading.Condition()
-        self.one_stream = one_stream  # the worker threads' CUDA streams
         self._render_queue: deque = deque()  # (jobs, motion-stream event) or a callable
         self._render_ready = threading.Condition()
         self._stopping = False
@@ -235,29 +215,11 @@ class LiveRuntime:
         for thread in self._threads:
             thread.start()
 
-    @property
-    def one_stream(self) -> bool:
-        """Whether the worker threads share one CUDA stream (see the class's ``one_stream``)."""
-        return self._one_stream
-
-    @one_stream.setter
-    def one_stream(self, shared: bool) -> None:
-        if not isinstance(shared, bool):
-            raise InputError(f"one_stream must be True or False, got {shared!r}.")
-        with self._wake:
-            if self._streams:  # their tensors belong to the streams they were made on
-                raise InputError(f"one_stream: set it while no live stream is open ({len(self._streams)} are).")
-            self._one_stream = shared
-            motion, render, hubert = self._cuda_streams
-            self._motion_stream, self._render_stream = motion, motion if shared else render
-            if hubert is not None:  # its recorded graphs replay on any stream
-                self.hubert_windows.stream = motion if shared else hubert
-
     def _worker_streams(self) -> tuple[Optional[torch.cuda.Stream], Optional[torch.cuda.Stream]]:
         """(motion, render) CUDA streams of the two worker threads; None off CUDA.
 
-        Apart, each thread has a stream of its own: the motion thread's windows (high priority)
-        do not queue behind a round being rendered, and each thread waits only for its own work.
+        Each thread has a stream of its own: the motion thread's windows (high priority) do not
+        queue behind a round being rendered, and each thread waits only for its own work.
         """
         if self.device.type != "cuda":
             return None, None
@@ -518,16 +480,14 @@ class LiveRuntime:
 
     def _motion_loop(self) -> None:
         try:
-            with torch.inference_mode():
+            with _on_stream(self._motion_stream), torch.inference_mode():
                 while True:
                     with self._wake:
                         if self._stopping:
                             return
                         streams = list(self._streams.values())
                     began = time.monotonic()
-                    stream = self._motion_stream  # per round: one_stream may change between streams
-                    with _on_stream(stream), self.motion_first.motion_round(stream) as on_device:
-                        jobs = self._motion_round(streams, on_device)
+                    jobs = self._motion_round(streams)
                     if jobs:
                         self._queue_render(jobs, began)
                         if self.round_interval:  # the next round no sooner than round_interval after this one
@@ -633,8 +593,7 @@ class LiveRuntime:
             times.popleft()
         return arrival
 
-    def _motion_round(self, streams: list[StreamState], on_device: Callable[[], None]) -> list[RenderJob]:
-        """One round of motion for ``streams``; ``on_device()`` before its first GPU work (:class:`MotionFirst`)."""
+    def _motion_round(self, streams: list[StreamState]) -> list[RenderJob]:
         now = time.monotonic()
         windows: list[tuple[StreamState, MotionWindow]] = []
         jobs: list[RenderJob] = []
@@ -647,8 +606,6 @@ class LiveRuntime:
         # Every stream's new HuBERT windows in one batch (one graph replay on CUDA).
         batch = [w for _, ws in speech for w in ws]
         sizes = [len(ws) for _, ws in speech]
-        if batch:
-            on_device()
         features = self.hubert_windows.encode(torch.stack(batch)).split(sizes) if batch else [()] * len(speech)
         due: list[StreamState] = []
         for (state, _), mine in zip(speech, features):
@@ -667,7 +624,6 @@ class LiveRuntime:
                         self._deferred = True  # its conditions are built when a round takes it
                         continue
                     frames += valid
-                    on_device()  # the window's conditions are built on the device
                     windows.append((state, state.motion.next_window()))
                     self._last_sampled = state.id
                 elif state.motion.finished:
@@ -828,7 +784,7 @@ class LiveRuntime:
 
     def _render_loop(self) -> None:
         try:
-            with graph_tree_thread(self.device), torch.inference_mode():
+            with graph_tree_thread(self.device), _on_stream(self._render_stream), torch.inference_mode():
                 while True:
                     with self._render_ready:
                         while not self._render_queue and not self._stopping:
@@ -840,15 +796,13 @@ class LiveRuntime:
                             jobs = self._join_queued(*jobs)
                         self._render_ready.notify_all()
                     if callable(jobs):  # work that must run on this thread (warm_up)
-                        with _on_stream(self._render_stream):
-                            jobs()
+                        jobs()
                     else:
                         jobs, made, joined, began, queued = jobs
+                        for event in made:
+                            torch.cuda.current_stream(self.device).wait_event(event)
                         started = time.monotonic()
-                        with _on_stream(self._render_stream):
-                            for event in made:
-                                torch.cuda.current_stream(self.device).wait_event(event)
-                            frames = self._render_round(jobs)
+                        frames = self._render_round(jobs)
                         ended = time.monotonic()
                         self._rounds.append(RoundTiming(
                             windows=sum(job.motion is not None for job in jobs), frames=frames, joined=joined,
