@@ -93,7 +93,7 @@ def _child(args: argparse.Namespace) -> None:
                                             compile_min_frames=min_frames, motion_ahead=ahead,
                                             lmdm_graph_span="window" if "-windowgraph" in suffixes else "step")
     # The compile thread (background), a cached AOT package's load (aot), the eager path's priming.
-    pipeline.start_warmup(prime="off" if "-noprime" in suffixes else "first" if "-prime1" in suffixes else "full")
+    pipeline.start_warmup(prime="off" if "-noprime" in suffixes else "full" if "-primefull" in suffixes else "first")
     if one_clip and "-nofreeze" not in suffixes:
         from ditto_core.gc_pauses import freeze_for_the_process
 
@@ -143,7 +143,8 @@ VARIANT_SUFFIXES = {
     "-noprime": "the engine's eager path not primed while the clip is prepared (before session 16)",
     "-nofreeze": "cli / aot: the start-up's objects left to the collector, not frozen once the models are loaded "
                  "(before session 49)",
-    "-prime1": "the engine's eager path primed at the first batch's shape only, not a full batch's too",
+    "-primefull": "the engine's eager path primed at a full batch's shape too, not the first batch's only "
+                  "(before session 57)",
     "-windowgraph": "the LMDM window recorded whole at its first window, not its prologue and one step "
                     "(before session 50 for cli / aot, session 51 for background / foreground)",
 }

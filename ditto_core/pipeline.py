@@ -308,7 +308,7 @@ class DittoPipeline:
             self.models.warp_network, self.models.decoder, batch_size=key[0], compile=key[1], warmup=self.warmup,
             compile_min_frames=self.compile_min_frames))
 
-    def start_warmup(self, prime: str = "full") -> None:
+    def start_warmup(self, prime: str = "first") -> None:
         """Get the default engine ready in the background while the first clip is prepared.
 
         Called when the models load. ``warmup="background"``: the graph for an image source
@@ -316,8 +316,10 @@ class DittoPipeline:
         ready. Otherwise (``"deferred"`` compiles after the first clip) the eager path is run once
         on zeros (:meth:`WarpDecodeEngine.prime`):
         a new process's first batches then find the CUDA libraries loaded and their kernels
-        chosen. ``prime``: ``"full"`` (the first batch's shape and a full batch's), ``"first"``
-        (the first batch's only) or ``"off"``.
+        chosen. ``prime``: ``"first"`` (the first batch's shape only), ``"full"`` (a full batch's
+        too: less first-use work left to the render, but more GPU work beside the audio features and
+        the motion, and a longer wait for it at the first batch; docs/PERFORMANCE.md, session 57)
+        or ``"off"``.
         """
         if prime not in ("full", "first", "off"):
             raise InputError(f'start_warmup: prime must be "full", "first" or "off", got {prime!r}')

@@ -147,9 +147,9 @@ def test_load_models_resolves_folder_device_precision(handle, comfy_base):
 
 def test_load_models_starts_the_engines_warm_up(comfy_base, monkeypatch):
     started = []
-    monkeypatch.setattr(DittoPipeline, "start_warmup", lambda self, prime="full": started.append((self, prime)))
+    monkeypatch.setattr(DittoPipeline, "start_warmup", lambda self, **given: started.append((self, given)))
     handle = NODES["DittoLoadModels"].execute(**LOAD)[0]
-    assert started == [(REGISTRY.pipeline(handle), "full")]
+    assert started == [(REGISTRY.pipeline(handle), {})]  # the pipeline's own default priming
 
 
 def test_register_avatar_no_detector_and_cache(handle, portrait, source, comfy_base):

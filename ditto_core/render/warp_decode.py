@@ -365,7 +365,7 @@ class WarpDecodeEngine(nn.Module):
         else:
             self._warm_up(warm, shared_volume, volume_shape)
 
-    def prime(self, full_batch: bool = True) -> None:
+    def prime(self, full_batch: bool = False) -> None:
         """Run the eager step once on zeros, on a thread of its own, while the caller prepares the clip
         (:class:`~ditto_core.priming.Priming`).
 
@@ -554,9 +554,9 @@ class WarpDecodeEngine(nn.Module):
                 # clip's last frames piece by piece instead of all at once after the last batch.
                 tail = graph and not first and self.stats.compiled and pieces and total - start <= self.batch_size // 2
                 # An eager clip's last stretch, shorter than a batch, goes in such pieces too. Each
-                # piece is padded to the first batch's size: an eager batch only ever has the two sizes
-                # the priming ran, since a new size costs its first call cuDNN's plans and our mask
-                # conv's tuning (docs/PERFORMANCE.md, session 29).
+                # piece is padded to the first batch's size: an eager batch only ever has two sizes (the
+                # first's, which the priming ran, and a full one), since a new size costs its first call
+                # cuDNN's plans and our mask conv's tuning (docs/PERFORMANCE.md, session 29).
                 short = not graph and pieces and total - start < self.batch_size
                 piece = first or tail or short
                 rows = slice(start, min(start + (self.first_batch if piece else self.batch_size), total))
