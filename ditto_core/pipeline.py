@@ -50,7 +50,7 @@ ONE_CLIP_COMPILE_MIN_FRAMES = 6500
 """Frames (260 s of video) below which a process that renders one clip (the CLI) does not compile
 the warp+decode graph: even from a warm cache the compile costs about as much as it saves on a
 clip this long (measured on an H100 against the eager path with the decoder's kernels,
-docs/PERFORMANCE.md). A cached AOT package of the graph (the engine's ``warmup="aot_cached"``,
+docs/TIME_TO_VIDEO_LOG.md, session 41). A cached AOT package of the graph (the engine's ``warmup="aot_cached"``,
 which ``render --aot`` uses) is no compile: it serves every clip."""
 
 
@@ -125,7 +125,7 @@ class DittoPipeline:
         # What the LMDM samplers record (lmdm_sampler.GRAPH_SPANS). Recording the prologue and
         # one step costs a fraction of recording the whole window, which a clip's first window
         # (the CLI's, a ComfyUI launch's first prompt) waits for, and replays a window only
-        # slightly slower (docs/PERFORMANCE.md has both). The live runtime keeps whole windows.
+        # slightly slower (docs/TIME_TO_VIDEO_LOG.md, sessions 50-51, has both). The live runtime keeps whole windows.
         self.lmdm_graph_span = lmdm_graph_span
         self.times = StageTimes()
         self.load_times = StageTimes()  # seconds per model group, filled by from_model_dir
@@ -318,7 +318,7 @@ class DittoPipeline:
         a new process's first batches then find the CUDA libraries loaded and their kernels
         chosen. ``prime``: ``"first"`` (the first batch's shape only), ``"full"`` (a full batch's
         too: less first-use work left to the render, but more GPU work beside the audio features and
-        the motion, and a longer wait for it at the first batch; docs/PERFORMANCE.md, session 57)
+        the motion, and a longer wait for it at the first batch; docs/TIME_TO_VIDEO_LOG.md, sessions 57-58)
         or ``"off"``.
         """
         if prime not in ("full", "first", "off"):

@@ -11,7 +11,7 @@ A window then costs ``steps + 1`` graph launches and a few gathers a step more t
 window's graph: every pipeline's samplers (the CLI, ComfyUI, a worker) record steps, so that a
 clip's first window does not wait for a whole window's recording; a live runtime, whose windows
 are a large share of the device at many streams, keeps the whole-window graph. Measured side by
-side in docs/PERFORMANCE.md.
+side in docs/TIME_TO_VIDEO_LOG.md (sessions 50-51).
 """
 from __future__ import annotations
 

@@ -175,7 +175,7 @@ class WarpDecodeEngine(nn.Module):
         warmup: one of :data:`WARMUP_MODES` (see the module docstring).
         compile_min_frames: a clip shorter than this renders eagerly unless its graph is
             already compiled: for a one-clip process, a compile costs more than it saves on a
-            short clip (see docs/PERFORMANCE.md). 0: every clip may compile. A cached AOT
+            short clip (see docs/TIME_TO_VIDEO_LOG.md, session 41). 0: every clip may compile. A cached AOT
             package is no compile: it serves clips of any length.
         aot_cache: where the ``"aot"`` modes keep packages (default: the user cache's ``aot``).
     """
@@ -556,7 +556,7 @@ class WarpDecodeEngine(nn.Module):
                 # An eager clip's last stretch, shorter than a batch, goes in such pieces too. Each
                 # piece is padded to the first batch's size: an eager batch only ever has two sizes (the
                 # first's, which the priming ran, and a full one), since a new size costs its first call
-                # cuDNN's plans and our mask conv's tuning (docs/PERFORMANCE.md, session 29).
+                # cuDNN's plans and our mask conv's tuning (docs/TIME_TO_VIDEO_LOG.md, session 29).
                 short = not graph and pieces and total - start < self.batch_size
                 piece = first or tail or short
                 rows = slice(start, min(start + (self.first_batch if piece else self.batch_size), total))
