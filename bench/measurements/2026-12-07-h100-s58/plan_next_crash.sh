@@ -3,7 +3,9 @@
 # replay (CUDAGraph.replay on the runtime's motion thread) in a process that had run the LMDM
 # sampler's GPU tests before the live tests. The live tests alone passed (sessions 55, 57); call 4's
 # graph_reuse_probe.py (compiled samplers kept, dropped before or after another compiled, a second
-# batch size) did not reproduce it. Here: the pair again under gdb where the image has it (every
+# batch size) did not reproduce it. First, stream_alias_probe.py: whether our long-lived CUDA streams
+# share one of PyTorch's 32 pool streams (a recording on a shared stream takes in the other owner's
+# work). Then the pair again under gdb where the image has it (every
 # thread's native stack), then each half of the sampler's GPU tests before the live test, in
 # processes of their own, to find which test leaves the hazard behind; then the live file alone.
 # Run from main: END=560 bash bench/measurements/2026-12-07-h100-s58/plan_next_crash.sh
@@ -25,6 +27,9 @@ pair() {  # $1: a name, $2: seconds, then the sampler tests' selection; the live
   stamp "pair $name" $?
   grep -E "PASSED|FAILED|ERROR|SIGSEGV|Segmentation|^#[0-9]+ " $OUT/pair_$name.log | cut -c1-200 | head -40
 }
+timeout 120 env PYTHONPATH=$PWD:$PYTHONPATH python3 bench/measurements/2026-12-07-h100-s58/stream_alias_probe.py $E \
+  > $OUT/stream_alias.log 2>&1
+stamp "stream alias probe" $?; tail -40 $OUT/stream_alias.log
 pair all 300 tests/test_lmdm_sampler.py
 [ $(left) -lt 120 ] && exit 0
 pair compiled 120 tests/test_lmdm_sampler.py -k "compiled_graph_equals_eager or step_graphs_replay"
