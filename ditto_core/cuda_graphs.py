@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from .compilation import uses_cuda_malloc_async
+from .cuda_streams import side_stream
 
 _recordings = 0  # recording_turn() blocks that were given the turn
 # Blocks running now, on any thread: "side", beside_captures(); "compiling", beside_captures(compiling=True);
@@ -253,7 +254,7 @@ class CapturedCall:
         """One eager call on a side stream (see :meth:`capture`, before which it is called), its
         result usable on the caller's stream."""
         device = self.inputs[0].device
-        caller, side = torch.cuda.current_stream(device), torch.cuda.Stream(device)
+        caller, side = torch.cuda.current_stream(device), side_stream(device)
         side.wait_stream(caller)
         with torch.cuda.stream(side):
             result = self._run(*self.inputs)

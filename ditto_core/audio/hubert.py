@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..cuda_streams import owned_stream
 from ..errors import CheckpointError, InputError, MissingModelError
 from ..model_files import HF_AUX_FOLDER, HF_REPO, HUBERT_ONNX_NAME, aux_dirs, find_hubert
 from ..progress import ProgressCallback, report
@@ -290,7 +291,7 @@ class HubertFeatureExtractor:
 
         self.backend = "onnxruntime"
         wants_cuda = self.device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers()
-        stream = torch.cuda.Stream(self.device) if wants_cuda else None
+        stream = owned_stream(self, self.device) if wants_cuda else None
         session = _open_session(path, stream)
         _check_signature(session, path, self.window)
         self.execution_provider: str = session.get_providers()[0]

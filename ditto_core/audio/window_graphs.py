@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from ..cuda_graphs import CapturedCall
+from ..cuda_streams import owned_stream
 from .hubert import HUBERT_DIM, HubertFeatureExtractor
 
 MAX_GRAPH_BATCH = 64
@@ -52,7 +53,7 @@ class LiveWindowEncoder:
         self._weights: list[Tensor] = []
         self._precision = extractor.precision
         if self.graphed:
-            self.stream = torch.cuda.Stream(extractor.device, priority=priority)
+            self.stream = owned_stream(self, extractor.device, priority)
 
     def encode(self, windows: Tensor) -> Tensor:
         """``(n, num_samples)`` float speech windows (any device) -> ``(n, valid, 1024)`` float32 features."""

@@ -44,6 +44,7 @@ from ..audio.hubert import HubertFeatureExtractor
 from ..audio.window_graphs import LiveWindowEncoder
 from ..compilation import graph_tree_thread
 from ..cuda_graphs import device_synchronize, recordings_wait
+from ..cuda_streams import owned_stream
 from ..errors import DittoError, InputError
 from ..models.keypoints import MOTION_DIM
 from ..models.lmdm import WINDOW
@@ -223,7 +224,7 @@ class LiveRuntime:
         """
         if self.device.type != "cuda":
             return None, None
-        return torch.cuda.Stream(self.device, priority=MOTION_PRIORITY), torch.cuda.Stream(self.device)
+        return owned_stream(self, self.device, MOTION_PRIORITY), owned_stream(self, self.device)
 
     # -- streams ------------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from torch import Tensor, nn
 
 from ..compilation import announce_once, compile_available, compile_failures, uses_cuda_malloc_async
 from ..cuda_graphs import CapturedCall, beside_captures, recording_turn
+from ..cuda_streams import owned_stream
 from ..errors import InputError
 from ..models.keypoints import MOTION_DIM
 from ..models.lmdm import (
@@ -214,7 +215,7 @@ class DDIMSampler:
                     ran_eagerly.add(key)
                     return result
                 if self._capture_stream is None:  # this sampler's graphs: one cuBLAS workspace of their own
-                    self._capture_stream = torch.cuda.Stream(x_T.device)
+                    self._capture_stream = owned_stream(self, x_T.device)
                 if self.graph_span == "step":
                     captured = StepGraphs(self._prologue_tensors, self._recorded_step, self.steps, inputs,
                                           self._capture_stream)

@@ -27,6 +27,7 @@ from typing import Callable, Iterator, Optional
 import torch
 from torch import Tensor, nn
 
+from ..cuda_streams import owned_stream
 from ..gil_turns import short_gil_turns
 from ..models.keypoints import NUM_KP
 from ..registration.source_info import SourceInfo
@@ -145,7 +146,7 @@ def _worker_stream(device: torch.device) -> torch.cuda.Stream:
     """The device's one high-priority stream for motion workers. One for the process, not one per
     clip: cuBLAS keeps a workspace (32 MiB on Hopper) for every stream a handle ever ran on, so
     a new stream per clip held another workspace per clip, up to PyTorch's pool of 32 streams."""
-    return torch.cuda.Stream(device, priority=-1)
+    return owned_stream(None, device, priority=-1)
 
 
 def start_motion_ahead(

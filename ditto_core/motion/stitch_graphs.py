@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from ..audio.window_graphs import padded_batch
 from ..cuda_graphs import CapturedCall
+from ..cuda_streams import owned_stream
 from .motion_sequence import MotionSequence
 from .motion_stitch import StitchChunk, StitchSetup, StitchTable, chunk_inputs, split_chunks, stitch_chunks, stitch_rows
 
@@ -40,7 +41,7 @@ class RoundStitcher:
         self._graphs: dict[int, CapturedCall] = {}
         self._weights: list[Tensor] = []
         # The graphs' own capture stream: a cuBLAS workspace that no other owner's graphs write.
-        self._stream = torch.cuda.Stream(device) if self.graphed else None
+        self._stream = owned_stream(self, device) if self.graphed else None
 
     def stitch(self, setups: Sequence[StitchSetup], chunks: Sequence[StitchChunk]) -> list[MotionSequence]:
         """One sequence per chunk; a chunk's ``slot`` indexes ``setups`` (say, the runtime's open streams)."""

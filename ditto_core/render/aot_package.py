@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from ..aot_packages import PackageCache, PackageKey, architecture_digest, build_package, environment_key, \
     load_with_constants
 from ..cuda_graphs import CapturedCall
+from ..cuda_streams import owned_stream
 from ..models.keypoints import NUM_KP
 from ..models.triton_kernels import register_triton_operators
 
@@ -72,7 +73,7 @@ class PackagedStep:
         if not self.graphed:
             return self._run(f_s, kp_source, kp_driving)
         if self._graph is None:
-            self._graph = CapturedCall(self._run, (f_s, kp_source, kp_driving), torch.cuda.Stream(f_s.device))
+            self._graph = CapturedCall(self._run, (f_s, kp_source, kp_driving), owned_stream(self, f_s.device))
             return self._graph.capture()
         return self._graph.replay((f_s, kp_source, kp_driving))
 

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from ..atomic_files import DiskFullError, discard, disk_full_error
+from ..cuda_streams import owned_stream
 from ..errors import DittoError, InputError
 from ..gil_turns import short_gil_turns
 from ..host_memory import trim_host_heap, video_started
@@ -582,7 +583,7 @@ def _copy_stream(device: torch.device) -> torch.cuda.Stream:
     copy (3 MiB a 1080x1920 frame) would hold back the next batch's kernels until it landed; here
     it overlaps them. One per device, kept: the count of streams stays fixed however many videos
     are written."""
-    return torch.cuda.Stream(device)
+    return owned_stream(None, device)
 
 
 def _in_short_gil_turns(loop: Callable[[], None]) -> None:

@@ -7,7 +7,9 @@ sampler's capture stream, HuBERT's window graphs, the writers' copy streams) and
 at every recording's warm-up. Two owners on one stream lose their concurrency, and a recording on it
 would take in the other owner's work. This builds a live runtime as tests/test_live_gpu.py does
 (uncompiled: seconds), serves two streams, and lists every stream requested, by caller, marking
-handles requested more than once.
+handles requested more than once (since session 58 owners take their streams through
+``ditto_core/cuda_streams.py``, which asks the pool again for a stream no other owner holds: its
+skipped requests show under the same caller).
 
     python bench/measurements/2026-12-07-h100-s58/stream_alias_probe.py .carry/shared/data/ditto_example [cuda|cpu]
 """
@@ -28,7 +30,8 @@ _new = torch.cuda.Stream.__new__
 def _logged(cls, device=None, priority=0, **kwargs):
     stream = _new(cls, device=device, priority=priority, **kwargs)
     if not kwargs:  # a pool stream (not an external or unpacked one)
-        frames = [f for f in traceback.extract_stack(limit=8)[:-1] if "/ditto_core/" in f.filename]
+        frames = [f for f in traceback.extract_stack(limit=10)[:-1]
+                  if "/ditto_core/" in f.filename and not f.filename.endswith("cuda_streams.py")]
         where = f"{frames[-1].filename.split('/ditto_core/')[-1]}:{frames[-1].lineno}" if frames else "outside"
         requests.append((stream.cuda_stream, priority, where))
     return stream
