@@ -30,7 +30,9 @@ log = logging.getLogger(__name__)
 POOL_SIZE = 32  # PyTorch's streams per device and priority (kStreamsPerPool)
 
 _held: Counter = Counter()  # (device index, stream handle) -> live owners holding it
-_lock = threading.Lock()
+# Reentrant: a collection set off by an allocation inside the lock may run an owner's finalizer
+# (_release) on this very thread.
+_lock = threading.RLock()
 
 
 def owned_stream(owner: Optional[object], device: torch.device | str, priority: int = 0) -> torch.cuda.Stream:

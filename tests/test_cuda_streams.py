@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import itertools
 import logging
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -85,6 +86,24 @@ def test_a_pool_held_whole_is_shared_and_said(pool, caplog):
         extra = owned_stream(owners[0], "cuda")
     assert extra.cuda_stream in streams
     assert "every CUDA stream of PyTorch's pool" in caplog.text
+
+
+def test_an_owner_collected_while_a_stream_is_handed_out_does_not_deadlock(pool, monkeypatch):
+    owner = Owner()
+    owner.cycle = owner  # freed only by a collection, which any allocation may set off
+    owned_stream(owner, "cuda")
+    del owner
+
+    def collecting(device, priority=0):
+        gc.collect()  # inside the lock: the owner's finalizer releases its stream on this thread
+        return pool(device, priority)
+
+    monkeypatch.setattr(cuda_streams.torch.cuda, "Stream", collecting)
+    handed = []
+    thread = threading.Thread(target=lambda: handed.append(side_stream("cuda")), daemon=True)
+    thread.start()
+    thread.join(10)
+    assert handed and not cuda_streams._held
 
 
 @pytest.mark.gpu
