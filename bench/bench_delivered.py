@@ -33,6 +33,7 @@ import torch
 
 from ditto_core import gil_turns
 from ditto_core.compilation import compile_available
+from ditto_core.cuda_streams import side_stream
 from ditto_core.precision import NETWORK_PRECISIONS, network_dtype
 from ditto_core.render.putback import paste_back
 from ditto_core.render.warp_decode import WarpDecodeEngine, auto_batch_size
@@ -120,7 +121,7 @@ def main() -> None:
                 # Two pinned batches reused in turn: only the transfers' cost is of interest here.
                 pool = [torch.empty(batch * settings.height * settings.width * 3 // 2, dtype=torch.uint8,
                                     pin_memory=True) for _ in range(2)]
-                side = torch.cuda.Stream(device) if copy == "side" else None
+                side = side_stream(device) if copy == "side" else None
             for _ in frames_of_clip():  # warm: put-back kernels compile on first use
                 break
             sync(device)

@@ -44,6 +44,7 @@ import torch
 
 from ditto_core.audio.audio_features import FPS
 from ditto_core.audio.hubert import HubertFeatureExtractor
+from ditto_core.cuda_streams import side_stream
 from ditto_core.gc_pauses import CollectorPauses
 from ditto_core.live import AvatarStream, LiveRuntime, StreamConfig
 from ditto_core.live.admission import MAX_LOAD
@@ -180,7 +181,8 @@ def concurrency(runtime, source, options, config, counts, seconds, round_frames=
         runtime.render_frames = joined
         runtime.round_interval = default_interval if interval is None else interval
         if priority is not None and stream is not None:  # the recorded graphs replay on any stream
-            runtime.hubert_windows.stream = torch.cuda.Stream(runtime.device, priority=priority)
+            # For this variant only (put back below): a stream none of the runtime's owners holds.
+            runtime.hubert_windows.stream = side_stream(runtime.device, priority)
         stream_options = options if n_steps is None else replace(options, steps=n_steps)
         stream_config = config if overlap is None else replace(config, overlap=overlap)
         name = (f"round_frames={runtime.round_frames}" + (f",hubert_priority={priority}" if priority is not None else "")
