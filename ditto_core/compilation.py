@@ -11,16 +11,51 @@ import contextlib
 import logging
 import threading
 from collections import defaultdict
-from typing import Hashable, Iterator
+from typing import Any, Callable, Hashable, Iterator
 
 import torch
 
-__all__ = ["announce_once", "compile_available", "compile_failures", "uses_cuda_malloc_async", "reset_compiled_state",
+__all__ = ["announce_once", "compile_available", "compile_failures", "compile_function", "RECOMPILE_BUDGET",
+           "uses_cuda_malloc_async", "reset_compiled_state",
            "GraphTreeCalls", "graph_tree_replayed", "graph_tree_thread",
            "release_graph_tree_thread_locals"]
 
+log = logging.getLogger(__name__)
+
 _announced: set[str] = set()
 _resets = 0  # reset_compiled_state() calls: graph trees record anew after each
+
+RECOMPILE_BUDGET = 64
+"""Compiled entries a function compiled by this pack may gather (torch's default: 8).
+
+Dynamo keeps a function's compiled entries on its code object, shared by every ``torch.compile``
+of that function: every LMDM sampler's step (of any model or precision) and every warp+decode
+engine's step (any batch size, volume form or dtype) add to one list each, and once 8 are there a
+new shape runs eagerly for the rest of the process, with one log line from torch. A warmed live
+runtime alone holds 8 engine entries (4 ladder sizes, 2 volume forms) and 5 sampler ones (batches
+1-16); an offline render or another precision in the same process (ComfyUI) goes past the limit.
+What the pack compiles is bounded by design (the sampler's batches are powers of two up to the
+runtime's streams, the engines a fixed ladder plus the offline batch, per dtype and grad mode)."""
+
+
+def compile_function(fn: Callable[..., Any], **options: Any) -> Callable[..., Any]:
+    """``torch.compile(fn, **options)`` with room for :data:`RECOMPILE_BUDGET` compiled entries.
+
+    A torch whose ``torch.compile`` takes no ``recompile_limit`` (2.13 takes one) has one limit for
+    every compiled function of the process: it is raised to the budget (never lowered)."""
+    try:
+        return torch.compile(fn, recompile_limit=RECOMPILE_BUDGET, **options)
+    except TypeError as error:
+        if "recompile_limit" not in str(error):
+            raise
+    from torch._dynamo import config
+
+    limit = config.recompile_limit
+    if limit < RECOMPILE_BUDGET:
+        log.info("Ditto: torch._dynamo.config.recompile_limit raised from %d to %d (this torch has no "
+                 "per-function limit; the pack's compiled steps gather one entry per shape)", limit, RECOMPILE_BUDGET)
+        config.recompile_limit = RECOMPILE_BUDGET
+    return torch.compile(fn, **options)
 
 
 def compile_available(device: torch.device) -> tuple[bool, str]:

@@ -144,7 +144,7 @@ def fake_compile(monkeypatch):
     seen: list[tuple[tuple[tuple[int, ...], bool], ...]] = []
 
     def compile_(fn, **kwargs):
-        assert kwargs == {"mode": "reduce-overhead", "dynamic": False}
+        assert kwargs == {"mode": "reduce-overhead", "dynamic": False, "recompile_limit": compilation.RECOMPILE_BUDGET}
 
         def recorded(*args):
             seen.append(tuple((tuple(a.shape), a.is_inference()) for a in args))
@@ -785,7 +785,7 @@ def gated_compile(monkeypatch):
     gate, calls = threading.Event(), []
 
     def compile_(fn, **kwargs):
-        assert kwargs == {"mode": "default", "dynamic": False}
+        assert kwargs == {"mode": "default", "dynamic": False, "recompile_limit": compilation.RECOMPILE_BUDGET}
 
         def compiled(*args):
             gate.wait(timeout=30)

@@ -34,7 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..compilation import announce_once, compile_available, compile_failures, uses_cuda_malloc_async
+from ..compilation import (
+    announce_once, compile_available, compile_failures, compile_function, uses_cuda_malloc_async,
+)
 from ..cuda_graphs import CapturedCall, beside_captures, recording_turn
 from ..cuda_streams import owned_stream
 from ..errors import InputError
@@ -152,7 +154,7 @@ class DDIMSampler:
                 ok, why = False, "the cudaMallocAsync allocator (ComfyUI's default) cannot record compiled steps"
             if ok:
                 self.compile = True
-                self._guided_step = torch.compile(self._net.guided_step, dynamic=False)
+                self._guided_step = compile_function(self._net.guided_step, dynamic=False)
             else:
                 _announce_uncompiled(why)
         alpha = lmdm.alphas_cumprod.detach().float().cpu()  # once, at setup: host floats below

@@ -61,8 +61,8 @@ import torch
 from torch import Tensor, nn
 
 from ..aot_packages import AotUnavailable, PackageCache
-from ..compilation import (GraphTreeCalls, announce_once, compile_available, compile_failures, reset_compiled_state,
-                           uses_cuda_malloc_async)
+from ..compilation import (GraphTreeCalls, announce_once, compile_available, compile_failures, compile_function,
+                           reset_compiled_state, uses_cuda_malloc_async)
 from ..cuda_graphs import beside_captures, between_recordings, device_synchronize, recording_turn
 from ..errors import DittoError, InputError
 from ..models.keypoints import NUM_KP
@@ -250,7 +250,7 @@ class WarpDecodeEngine(nn.Module):
             nonlocal compiled
             if compiled is None:
                 register_triton_operators()
-                compiled = torch.compile(self._forward, mode=mode, dynamic=False)
+                compiled = compile_function(self._forward, mode=mode, dynamic=False)
             return compiled(f_s, kp_source, kp_driving)
         return step
 

@@ -8,6 +8,13 @@
 # work). Then the pair again under gdb where the image has it (every
 # thread's native stack), then each half of the sampler's GPU tests before the live test, in
 # processes of their own, to find which test leaves the hazard behind; then the live file alone.
+# Session 59 (no device; a CPU probe with Dynamo): the compiled LMDM step is one Dynamo code object
+# for every sampler of every model (a new model's sampler reuses the compiled entries), and torch
+# allows 8 entries per code object; the sampler tests' fp32/bf16 entries plus the live warm-up's
+# batches 1-16 reached it, past which a batch ran eagerly. Since session 59 the pack's compiled steps
+# have room for 64 (compilation.RECOMPILE_BUDGET), so a crash gone now may be that change or the owned
+# streams. The pairs log Dynamo's recompiles (TORCH_LOGS=recompiles, with -s: a crash loses what
+# pytest captured) and the summary counts them.
 # Run from main: END=560 bash bench/measurements/2026-12-07-h100-s58/plan_next_crash.sh
 # Carry [".whl", ".carry/shared/data", ".carry/shared/reference/make_checkpoints.py",
 #  ".carry/shared/reference/weights_manifest.json", ".carry/shared/reference/checkpoint_digests_seed0.json"].
@@ -18,13 +25,16 @@ stamp preamble 0
 LIVE=tests/test_live_gpu.py::test_a_compiled_stream_delivers_its_first_frame_and_then_every_frame
 pair() {  # $1: a name, $2: seconds, then the sampler tests' selection; the live test after them
   local name=$1 seconds=$2; shift 2
+  export TORCH_LOGS=recompiles
   if which gdb > /dev/null 2>&1; then
     timeout $seconds gdb -q -batch -ex run -ex "thread apply all bt 30" --args python3 -m pytest -m gpu -v -n 0 \
-      -p no:cacheprovider --no-header -rfE --tb=short -x "$@" $LIVE > $OUT/pair_$name.log 2>&1
+      -p no:cacheprovider --no-header -rfE --tb=short -s -x "$@" $LIVE > $OUT/pair_$name.log 2>&1
   else
-    gpu_pytest $seconds -x "$@" $LIVE > $OUT/pair_$name.log 2>&1
+    gpu_pytest $seconds -s -x "$@" $LIVE > $OUT/pair_$name.log 2>&1
   fi
   stamp "pair $name" $?
+  unset TORCH_LOGS
+  grep -c "Recompiling function guided_step" $OUT/pair_$name.log; grep -m3 "hit config.recompile_limit" $OUT/pair_$name.log
   grep -E "PASSED|FAILED|ERROR|SIGSEGV|Segmentation|^#[0-9]+ " $OUT/pair_$name.log | cut -c1-200 | head -40
 }
 timeout 120 env PYTHONPATH=$PWD:$PYTHONPATH python3 bench/measurements/2026-12-07-h100-s58/stream_alias_probe.py $E \
