@@ -1,10 +1,13 @@
 """Stand-in for ComfyUI's ``folder_paths``: model folders, output folder, save-path helper."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 base_path = tempfile.mkdtemp(prefix="comfy_stub_")
+atexit.register(shutil.rmtree, base_path, ignore_errors=True)  # each test process made one and left it
 models_dir = os.path.join(base_path, "models")
 folder_names_and_paths: dict[str, tuple[list[str], set[str]]] = {}
 _output_directory = os.path.join(base_path, "output")
