@@ -12,7 +12,7 @@ from typing import Iterable, Optional, Protocol
 from ..errors import DittoError, InputError
 
 MAX_STREAMS = 4
-"""Streams a runtime admits at once unless told otherwise (an H200 keeps 8 in real time at 25
+"""Streams a runtime admits at once unless told otherwise (an H200 keeps 10 in real time at 25
 steps: docs/LIVE.md)."""
 
 MAX_LOAD = 0.8

@@ -44,7 +44,7 @@ def encode_jpeg(frame: LiveFrame, image: Tensor, quality: int) -> LiveFrame:
     import cv2
 
     # OpenCV's own RGB -> BGR: a reversed-channel view made imencode copy it first, more slowly than
-    # it then encodes (docs/LIVE.md).
+    # it then encodes (measured: docs/LIVE_LOG.md, session 36).
     bgr = cv2.cvtColor(image.numpy(), cv2.COLOR_RGB2BGR)
     ok, data = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, quality])
     if not ok:
