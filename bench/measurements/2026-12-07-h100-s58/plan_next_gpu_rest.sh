@@ -29,3 +29,9 @@ for f in tests/test_cuda_streams.py tests/test_cuda_graphs.py tests/test_putback
   stamp $name $?; tail -1 $OUT/$name.log
   grep -hE "FAILED|ERROR|SKIPPED|^E  " $OUT/$name.log | cut -c1-200 | head -8
 done
+# Session 59: does a graph-tree engine's VRAM come back when engine and models are dropped?
+if [ $(left) -gt 90 ]; then
+  timeout $(( $(left) - 5 )) env PYTHONPATH=$PWD:$PYTHONPATH python3 bench/measurements/2026-12-08-cpu-s59/graph_tree_unload_probe.py \
+    > $OUT/graph_tree_unload.log 2>&1
+  stamp "graph-tree unload probe" $?; tail -2 $OUT/graph_tree_unload.log
+fi
